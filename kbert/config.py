@@ -1,0 +1,108 @@
+"""BertConfig: the encoder's hyper-parameters, the paper's presets and a JSON round trip."""
+
+import dataclasses
+import json
+import os
+
+# name: (num_layers, hidden_size, num_heads), as in the paper and Turc et al. (2019).
+_PRESET_SHAPES = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+PRESETS = tuple(_PRESET_SHAPES)
+
+
+@dataclasses.dataclass
+class BertConfig:
+    """Hyper-parameters of the BERT encoder (Devlin et al., 2018, section 3).
+
+    The defaults are BERT-base with the standard 30,522-token uncased vocabulary.
+
+    Example:
+    >>> config = BertConfig.preset("mini")
+    >>> config.hidden_size, config.intermediate_size
+    (256, 1024)
+    >>> BertConfig.from_json(config.to_json()) == config
+    True
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_epsilon: float = 1e-12
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_heads ({self.num_heads})")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.hidden_act not in ("gelu", "gelu_new", "gelu_approximate", "relu", "tanh", "silu"):
+            raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not supported")
+
+    @property
+    def head_size(self):
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def preset(cls, name, **overrides):
+        """A paper-sized config: `tiny`, `mini`, `small`, `medium`, `base` or `large`."""
+        if name not in _PRESET_SHAPES:
+            raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        layers, hidden, heads = _PRESET_SHAPES[name]
+        values = dict(num_layers=layers, hidden_size=hidden, num_heads=heads,
+                      intermediate_size=4 * hidden)
+        values.update(overrides)
+        return cls(**values)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        """Builds a config from a dict, ignoring keys that are not encoder hyper-parameters."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_preset_or_file(cls, name_or_path):
+        """A preset name, a `config.json` path, or a checkpoint directory holding one."""
+        if name_or_path in _PRESET_SHAPES:
+            return cls.preset(name_or_path)
+        path = name_or_path
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"{name_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a config file")
+        with open(path, encoding="utf-8") as f:
+            try:
+                return cls.from_dict(json.load(f))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not valid JSON ({e})") from None

@@ -1,0 +1,132 @@
+"""The task heads that sit on the encoder's outputs (paper, sections 3.1 and 4).
+
+Every head follows one pattern: (gather) → dropout/transform → dense → reshape for the task.
+"""
+
+import keras
+from keras import ops
+
+from kbert.layers import activation, initializer
+
+
+class MaskedLMHead(keras.layers.Layer):
+    """Masked-LM head, scored only at `masked_lm_positions`.
+
+    transform (dense + GELU + LayerNorm) → logits against the word embeddings (tied decoder)
+    plus an output bias. Scoring only the ~15% masked positions instead of every position is
+    what makes pretraining cheap: the [.., H] × [H, V] product is the largest matmul in BERT.
+
+    Args:
+        word_embeddings: the encoder's `keras.layers.Embedding`; its matrix is the decoder.
+
+    Example:
+    >>> emb = keras.layers.Embedding(100, 8); emb.build((None,))
+    >>> head = MaskedLMHead(emb)
+    >>> head(ops.ones((2, 5, 8)), ops.zeros((2, 3), "int32")).shape
+    (2, 3, 100)
+    """
+
+    def __init__(self, word_embeddings, hidden_act="gelu", layer_norm_epsilon=1e-12,
+                 initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.word_embeddings = word_embeddings
+        self.hidden_act = hidden_act
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+        hidden = word_embeddings.output_dim
+        self.transform = keras.layers.Dense(
+            hidden, activation=activation(hidden_act), name="transform",
+            kernel_initializer=initializer(initializer_range), dtype=self.dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy)
+
+    def build(self, sequence_shape, positions_shape=None):
+        hidden = sequence_shape[-1]
+        self.transform.build((None, hidden))
+        self.layer_norm.build((None, hidden))
+        self.output_bias = self.add_weight(
+            name="output_bias", shape=(self.word_embeddings.input_dim,), initializer="zeros")
+
+    def call(self, sequence_output, masked_lm_positions=None):
+        x = sequence_output                                                   # [B, T, H]
+        if masked_lm_positions is not None:
+            positions = ops.cast(masked_lm_positions, "int32")[:, :, None]    # [B, P, 1]
+            x = ops.take_along_axis(x, positions, axis=1)                     # [B, P, H]
+        x = self.layer_norm(self.transform(x))
+        decoder = ops.cast(self.word_embeddings.embeddings, x.dtype)          # [V, H]
+        logits = ops.matmul(x, ops.transpose(decoder))                        # [B, P, V]
+        return logits + ops.cast(self.output_bias, logits.dtype)
+
+    def get_config(self):
+        # The tied embedding is shared with the encoder; the task model re-links it on load.
+        return {**super().get_config(), "hidden_act": self.hidden_act,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer_range": self.initializer_range}
+
+
+class _DenseHead(keras.layers.Layer):
+    """dropout → dense(units): the shared body of the classification-style heads."""
+
+    def __init__(self, units, dropout=0.1, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.dropout_rate = dropout
+        self.initializer_range = initializer_range
+        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dense = keras.layers.Dense(units, name="dense", dtype=self.dtype_policy,
+                                        kernel_initializer=initializer(initializer_range))
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+
+    def call(self, x, training=False):
+        return self.dense(self.dropout(x, training=training))
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units, "dropout": self.dropout_rate,
+                "initializer_range": self.initializer_range}
+
+
+class NextSentenceHead(_DenseHead):
+    """IsNext / NotNext logits [B, 2] from the pooled output (label 0 = IsNext)."""
+
+    def __init__(self, initializer_range=0.02, **kwargs):
+        kwargs.pop("units", None)
+        kwargs.setdefault("dropout", 0.0)
+        super().__init__(2, initializer_range=initializer_range, **kwargs)
+
+
+class ClassificationHead(_DenseHead):
+    """Sequence classification (or regression with `units=1`) from the pooled output: [B, units]."""
+
+
+class TokenClassificationHead(_DenseHead):
+    """Per-token labels (NER) from the sequence output: [B, T, units]."""
+
+
+class SpanHead(keras.layers.Layer):
+    """SQuAD span prediction: start and end logits [B, T] from the sequence output."""
+
+    def __init__(self, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.initializer_range = initializer_range
+        self.dense = keras.layers.Dense(2, name="dense", dtype=self.dtype_policy,
+                                        kernel_initializer=initializer(initializer_range))
+
+    def build(self, sequence_shape):
+        self.dense.build(sequence_shape)
+
+    def call(self, sequence_output):
+        logits = self.dense(sequence_output)                                  # [B, T, 2]
+        return logits[..., 0], logits[..., 1]
+
+    def get_config(self):
+        return {**super().get_config(), "initializer_range": self.initializer_range}
+
+
+class MultipleChoiceHead(_DenseHead):
+    """One score per choice from each choice's pooled output; the model reshapes to [B, C]."""
+
+    def __init__(self, dropout=0.1, initializer_range=0.02, **kwargs):
+        kwargs.pop("units", None)
+        super().__init__(1, dropout=dropout, initializer_range=initializer_range, **kwargs)
