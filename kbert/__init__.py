@@ -1,0 +1,16 @@
+"""kbert: BERT (Devlin et al., 2018) as a complete Keras 3 system.
+
+    import kbert
+    m = kbert.load("saved_models/NAME")
+    m.fill_mask("The man went to the [MASK].")
+"""
+
+from kbert.config import PRESETS, BertConfig
+from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
+                         SpanHead, TokenClassificationHead)
+from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
+from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
+                          BertQuestionAnswerer, BertTokenClassifier, pretraining_targets)
+from kbert.pipeline import Bert, load
+
+__version__ = "0.1.0"

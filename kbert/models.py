@@ -149,8 +149,10 @@ class BertPretrainer(_TaskModel):
             self.backbone.word_embeddings, c.hidden_act, c.layer_norm_epsilon,
             name="mlm", **self._head_kwargs())
         self.nsp_head = nsp_head or NextSentenceHead(name="nsp", **self._head_kwargs())
-        self.mlm_head.build((None, None, c.hidden_size))
-        self.nsp_head.build((None, c.hidden_size))
+        if not self.mlm_head.built:
+            self.mlm_head.build((None, None, c.hidden_size))
+        if not self.nsp_head.built:
+            self.nsp_head.build((None, c.hidden_size))
 
     def call(self, inputs, training=False):
         out = self.backbone(inputs, training=training)
@@ -248,7 +250,8 @@ class BertQuestionAnswerer(_TaskModel):
     def __init__(self, backbone, head=None, **kwargs):
         super().__init__(backbone, **kwargs)
         self.head = head or SpanHead(name="span", **self._head_kwargs())
-        self.head.build((None, None, self.config.hidden_size))
+        if not self.head.built:
+            self.head.build((None, None, self.config.hidden_size))
 
     def call(self, inputs, training=False):
         start, end = self.head(self.backbone(inputs, training=training)["sequence_output"])

