@@ -1,0 +1,95 @@
+"""Dynamic padding: batches of examples of similar length, each padded to its own longest row.
+
+Feature builders pad every example to the longest in the whole set; here each batch is cut back
+to the longest row it holds, and with `bucket=True` examples are grouped by length first
+(sort within shuffled pools of `pool` batches, then shuffle the batches), so a batch of short
+sentences is not padded to 128.
+
+Example:
+>>> import numpy as np
+>>> f = {"input_ids": np.array([[2, 5, 3, 0], [2, 5, 6, 3], [2, 3, 0, 0]]),
+...      "input_mask": np.array([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]]),
+...      "label_ids": np.array([0, 1, 0])}
+>>> [(i.tolist(), b["input_ids"].shape) for i, b in batches(f, 2, bucket=True)]
+[([2, 0], (2, 3)), ([1], (1, 4))]
+"""
+
+import numpy as np
+
+SEQUENCE_KEYS_OF = "input_ids"  # arrays shaped like it (.., T) are cut with it
+
+
+def sequence_lengths(features):
+    """Real tokens per example (the longest choice for multiple choice)."""
+    mask = np.asarray(features["input_mask"])
+    return mask.reshape(len(mask), -1, mask.shape[-1]).sum(-1).max(-1)
+
+
+def _is_sequence(features, key):
+    ref = np.shape(features[SEQUENCE_KEYS_OF])
+    shape = np.shape(features[key])
+    return len(shape) == len(ref) and shape[-1] == ref[-1]
+
+
+def length_batches(lengths, batch_size, bucket=True, shuffle=False, seed=0, pool=50):
+    """Index arrays, one per batch. `bucket` groups similar lengths; `shuffle` randomizes."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lengths)) if shuffle else np.arange(len(lengths))
+    if bucket:
+        step = len(order) if not shuffle else pool * batch_size
+        order = np.concatenate([chunk[np.argsort(np.asarray(lengths)[chunk], kind="stable")]
+                                for chunk in np.split(order, range(step, len(order), step))]
+                               ) if len(order) else order
+    out = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    if shuffle:
+        out = [out[i] for i in rng.permutation(len(out))]
+    return out
+
+
+def batches(features, batch_size, bucket=True, shuffle=False, seed=0, pool=50):
+    """Yields (indices, batch) with every sequence array cut to the batch's longest row."""
+    lengths = sequence_lengths(features)
+    for index in length_batches(lengths, batch_size, bucket, shuffle, seed, pool):
+        width = int(lengths[index].max())
+        yield index, {k: (np.asarray(v)[index][..., :width] if _is_sequence(features, k)
+                          else np.asarray(v)[index]) for k, v in features.items()}
+
+
+def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True,
+               shuffle=False, seed=0, pool=50):
+    """A `tf.data.Dataset` of `(inputs, labels[, weights])` batches with per-batch padding.
+
+    Args:
+        features: a feature builder's dict of numpy arrays.
+        label_keys: the label arrays' keys; one key gives a bare array, several a dict.
+        weight_key: a per-example or per-token sample-weight array (e.g. NER's).
+        shuffle: a new order each epoch (seeded by `seed` + epoch).
+    """
+    import tensorflow as tf
+
+    label_keys = [label_keys] if isinstance(label_keys, str) else list(label_keys)
+    extra = set(label_keys) | ({weight_key} if weight_key else set())
+    input_keys = [k for k in features if k not in extra]
+
+    def spec(key):
+        a = np.asarray(features[key])
+        shape = (None,) + a.shape[1:-1] + (None,) if _is_sequence(features, key) else \
+            (None,) + a.shape[1:]
+        return tf.TensorSpec(shape, tf.as_dtype(a.dtype))
+
+    def pack(batch):
+        x = {k: batch[k] for k in input_keys}
+        y = batch[label_keys[0]] if len(label_keys) == 1 else {k: batch[k] for k in label_keys}
+        out = (x, y) if label_keys else (x,)
+        return out + ((batch[weight_key],) if weight_key else ())
+
+    epoch = [0]
+
+    def generate():
+        epoch[0] += 1
+        for _, batch in batches(features, batch_size, bucket, shuffle, seed + epoch[0], pool):
+            yield pack(batch)
+
+    signature = {k: spec(k) for k in features}
+    return tf.data.Dataset.from_generator(
+        generate, output_signature=pack(signature)).prefetch(tf.data.AUTOTUNE)
