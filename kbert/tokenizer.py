@@ -1,6 +1,20 @@
 """WordPiece tokenization in the TensorFlow graph (tensorflow-text), and BERT input packing.
 
-One tokenizer path serves training data, inference, the playground and the exported graph.
+One tokenizer path serves training data, inference, the playground and the exported graph. It is
+BERT's basic tokenization followed by WordPiece, built from ops that TF Serving 2.20 ships
+(`RegexSplitWithOffsets`, `NormalizeUTF8`, `StaticRegexReplace`, `StringLower`, `UnicodeDecode`,
+`WordpieceTokenizeWithOffsets`), and it gives the same ids as HF `tokenizers`' BERT pipeline:
+
+1. split the ORIGINAL text on whitespace (Rust's `char::is_whitespace`), keeping punctuation
+   (ASCII symbols and Unicode `P*`) and CJK ideographs as one-character words — so word offsets
+   are exact byte offsets into the input;
+2. normalize each word character by character: drop control/format characters (`\\p{C}`, U+FFFD),
+   and for uncased vocabularies NFD, drop combining marks (`Mn`), lower-case — in HF's order;
+3. WordPiece on the normalized word; a word longer than 100 characters (counted in characters,
+   as HF does, not in bytes as tf-text does) becomes one `[UNK]`;
+4. each piece's offsets go back through the per-character lengths to the original bytes.
+
+`char_offsets` turns the byte offsets into character offsets of a Python string (for QA).
 """
 
 import os
@@ -10,6 +24,20 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+MAX_CHARS_PER_WORD = 100  # longer words become [UNK], as in google-research/bert
+
+# Rust's char::is_whitespace minus the control characters HF deletes before splitting.
+_WHITESPACE = r"[\t\n\r \x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
+_PUNCTUATION = r"[!-/:-@\[-`{-~]|\p{P}"
+_CJK = "|".join(r"[\x{%X}-\x{%X}]" % r for r in (
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
+_MASK_LITERAL = r"\[MASK\]"
+_DROPPED = r"[\p{C}\x{FFFD}]"
+
+
+def _byte_length(strings):
+    return tf.cast(tf.strings.length(strings, unit="BYTE"), tf.int64)
 
 
 def read_vocab(path):
@@ -26,17 +54,31 @@ def read_vocab(path):
     return vocab
 
 
+def char_offsets(text, starts, ends):
+    """Byte offsets into `text`'s UTF-8 encoding → character offsets into the Python string.
+
+    >>> char_offsets("héllo wörld", [0, 7], [6, 13])
+    ([0, 6], [5, 11])
+    """
+    data = text.encode("utf-8")
+    # char_at[b] = index of the character that byte b belongs to; char_at[len] = len(text)
+    char_at = np.cumsum([(byte & 0xC0) != 0x80 for byte in data] + [True]) - 1
+    return ([int(char_at[s]) for s in starts], [int(char_at[e]) for e in ends])
+
+
 class Tokenizer:
-    """BERT's basic tokenization + WordPiece, as tensorflow-text ops.
+    """BERT's basic tokenization + WordPiece, as TensorFlow ops.
 
     Args:
         vocab: a `vocab.txt` path or a list of tokens.
-        lower_case: True for uncased vocabularies (lower-case, strip accents).
+        lower_case: True for uncased vocabularies (strip accents, lower-case).
 
     Example:
     >>> tok = Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "##s"])
     >>> tok.tokenize(["Hello worlds"]).to_list()
     [[5, 6, 7]]
+    >>> tok.tokenize(["hello [MASK]"], mask_literal=True).to_list()
+    [[5, 4]]
     """
 
     def __init__(self, vocab, lower_case=True):
@@ -52,32 +94,96 @@ class Tokenizer:
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(self.vocab), tf.range(len(self.vocab), dtype=tf.int64)),
             num_oov_buckets=1)
-        self._tf_tokenizer = tf_text.BertTokenizer(
-            table, token_out_type=tf.int64, lower_case=lower_case, unknown_token="[UNK]")
+        # 4 bytes a character: every word within MAX_CHARS_PER_WORD reaches WordPiece.
+        self._wordpiece = tf_text.WordpieceTokenizer(
+            table, token_out_type=tf.int64, unknown_token="[UNK]",
+            max_bytes_per_word=4 * MAX_CHARS_PER_WORD)
 
     @property
     def vocab_size(self):
         return len(self.vocab)
 
-    def tokenize(self, texts):
-        """Strings [B] → token ids, a RaggedTensor [B, (tokens)] of int64."""
-        return self._tf_tokenizer.tokenize(texts).merge_dims(-2, -1)
+    def _normalize_chars(self, chars):
+        """One string per character → its normalized form ("" when HF drops it)."""
+        chars = tf.strings.regex_replace(chars, _DROPPED, "")
+        if self.lower_case:
+            chars = tf_text.normalize_utf8(chars, "NFD")
+            chars = tf.strings.regex_replace(chars, r"\p{Mn}", "")
+            chars = tf.strings.lower(chars, encoding="utf-8")
+        return chars
 
-    def tokenize_with_offsets(self, texts):
-        """Token ids with the byte offsets [start, end) of each token in its UTF-8 string."""
-        ids, starts, ends = self._tf_tokenizer.tokenize_with_offsets(texts)
-        return ids.merge_dims(-2, -1), starts.merge_dims(-2, -1), ends.merge_dims(-2, -1)
+    def tokenize_with_offsets(self, texts, mask_literal=False):
+        """Strings [B] → token ids, start and end byte offsets, RaggedTensors [B, (tokens)].
+
+        Offsets are [start, end) into each input's UTF-8 bytes. With `mask_literal`, the text
+        `[MASK]` becomes the mask token (for fill-mask inputs).
+        """
+        texts = tf.convert_to_tensor(texts, tf.string)
+        # RegexSplit stops at a NUL byte; \x01 has the same length and is dropped the same way.
+        texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+        delim = f"{_WHITESPACE}|{_PUNCTUATION}|{_CJK}"
+        keep = f"{_PUNCTUATION}|{_CJK}"
+        if mask_literal:
+            delim, keep = f"{_MASK_LITERAL}|{delim}", f"{_MASK_LITERAL}|{keep}"
+        words, word_starts, _ = tf_text.regex_split_with_offsets(texts, delim, keep)  # [B, (W)]
+        flat_words = words.flat_values                                             # [N]
+        chars = tf.strings.unicode_split(flat_words, "UTF-8", errors="replace")    # [N, (C)]
+        norm = self._normalize_chars(chars.flat_values)                            # [NC]
+        norm_words = tf.strings.reduce_join(chars.with_flat_values(norm), axis=-1)  # [N]
+
+        # Running byte positions of each character, original and normalized, over all words.
+        orig_end = tf.cumsum(_byte_length(chars.flat_values))                       # [NC]
+        norm_end = tf.cumsum(_byte_length(norm))
+        zero = tf.zeros([1], tf.int64)
+        orig_begin, norm_begin = tf.concat([zero, orig_end], 0), tf.concat([zero, norm_end], 0)
+        first_char = chars.row_splits[:-1]                                          # [N]
+        word_orig_begin = tf.gather(orig_begin, first_char)
+        word_norm_begin = tf.gather(norm_begin, first_char)
+
+        ids, starts, ends = self._wordpiece.tokenize_with_offsets(norm_words)       # [N, (P)]
+        word = ids.value_rowids()                                                   # [NP]
+        first_piece = tf.equal(tf.ragged.range(ids.row_lengths()).flat_values, 0)
+        too_long = tf.strings.length(norm_words, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
+        is_mask = tf.equal(flat_words, "[MASK]") if mask_literal else tf.zeros_like(too_long)
+        whole_word = tf.gather(too_long | is_mask, word)
+        ids, starts, ends = ids.flat_values, starts.flat_values, ends.flat_values
+        ids = tf.where(tf.gather(too_long, word), tf.constant(self.unk_id, tf.int64), ids)
+        ids = tf.where(tf.gather(is_mask, word), tf.constant(self.mask_id, tf.int64), ids)
+
+        # Normalized offsets → character → original offsets.
+        wb = tf.gather(word_norm_begin, word)
+        start_char = tf.searchsorted(norm_end, starts + wb, "right")
+        end_char = tf.searchsorted(norm_end, ends + wb, "left")
+        shift = tf.gather(word_starts.flat_values, word) - tf.gather(word_orig_begin, word)
+        starts = tf.gather(orig_begin, start_char) + shift
+        ends = tf.gather(orig_end, tf.minimum(end_char, tf.size(orig_end) - 1)) + shift
+        # Unknown whole words keep their whole original span (combining marks included).
+        starts = tf.where(whole_word, tf.gather(word_starts.flat_values, word), starts)
+        ends = tf.where(whole_word, tf.gather(word_starts.flat_values, word) + tf.gather(
+            _byte_length(flat_words), word), ends)
+
+        keep_piece = ~whole_word | first_piece
+        batch = tf.boolean_mask(tf.gather(words.value_rowids(), word), keep_piece)
+        nrows = tf.shape(texts, out_type=tf.int64)[0]
+
+        def ragged(values):
+            return tf.RaggedTensor.from_value_rowids(
+                tf.boolean_mask(tf.cast(values, tf.int64), keep_piece), batch, nrows=nrows)
+        return ragged(ids), ragged(starts), ragged(ends)
+
+    def tokenize(self, texts, mask_literal=False):
+        """Strings [B] → token ids, a RaggedTensor [B, (tokens)] of int64."""
+        return self.tokenize_with_offsets(texts, mask_literal)[0]
+
+    def tokenize_with_char_offsets(self, text):
+        """One Python string → (ids, starts, ends) lists, offsets in characters of `text`."""
+        ids, starts, ends = self.tokenize_with_offsets([text])
+        starts, ends = char_offsets(text, starts.to_list()[0], ends.to_list()[0])
+        return ids.to_list()[0], starts, ends
 
     def encode(self, text):
         """One string → a Python list of ids; `[MASK]` in the text becomes the mask token."""
-        pieces = text.split("[MASK]")
-        ids = []
-        for i, piece in enumerate(pieces):
-            if i:
-                ids.append(self.mask_id)
-            if piece.strip():
-                ids.extend(self.tokenize([piece]).to_list()[0])
-        return ids
+        return self.tokenize([text], mask_literal=True).to_list()[0]
 
     def convert_ids_to_tokens(self, ids):
         return [self.vocab[i] if 0 <= i < len(self.vocab) else "[UNK]" for i in ids]

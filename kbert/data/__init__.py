@@ -1,0 +1,1 @@
+"""The data side: pretraining text, TFRecords and tf.data readers. Never imports a model."""

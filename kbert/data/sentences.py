@@ -1,0 +1,140 @@
+"""Sentence segmentation and reading of pretraining text.
+
+A rule-based splitter (no model, deterministic): a sentence ends at `.`, `!`, `?` or `…`
+(possibly repeated, possibly followed by closing quotes or brackets) when whitespace follows and
+the next word does not start in lower case — unless the word before the period is a known
+abbreviation (`Mr.`, `Dr.`, `e.g.`, `Jan.` …), an initial (`J. F. Kennedy`) or a dotted
+abbreviation (`U.S.` before a capitalised name is ambiguous; it is kept in one sentence).
+Decimal numbers and URLs are never split because no whitespace follows their periods.
+
+Two input layouts are read (see `read_documents`):
+- `documents`: one document per file, one paragraph per line, blank lines between paragraphs;
+  paragraphs are split into sentences with `split_sentences`.
+- `sentences`: google-research/bert's layout, one sentence per line, a blank line between
+  documents, several documents per file; lines are taken as sentences as they are.
+"""
+
+import os
+import re
+
+ABBREVIATIONS = frozenset("""
+mr mrs ms dr prof sr jr st mt ft gen col capt lt sgt maj cmdr adm gov sen rep rev hon pres
+messrs mme mlle esq vs cf viz approx dept univ assn bros inc ltd co corp no nos vol vols pp fig
+figs op ed eds jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun
+e.g i.e a.m p.m ca al
+""".split())
+_END = re.compile(r"([.!?\u2026]+)([\"'\u201d\u2019)\]\u00bb]*)(\s+)")
+_OPENERS = "\"'\u201c\u2018([\u00ab"
+_DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")
+
+
+def _is_boundary(text, match):
+    rest = text[match.end():].lstrip(_OPENERS)
+    if not rest or rest[0].islower():
+        return False
+    if match.group(1) != ".":
+        return True
+    before = text[:match.start()].rsplit(None, 1)
+    word = before[-1].lstrip(_OPENERS) if before else ""
+    if not word:
+        return True
+    if len(word) == 1 and word.isalpha():          # an initial: "J. F. Kennedy"
+        return False
+    return not (word.lower() in ABBREVIATIONS or _DOTTED.match(word))
+
+
+def split_sentences(paragraph):
+    """One paragraph → its sentences, stripped, in order.
+
+    >>> split_sentences('Mr. Smith paid $3.50 at 5 p.m. today. "Really?" she asked. Yes!')
+    ['Mr. Smith paid $3.50 at 5 p.m. today.', '"Really?" she asked.', 'Yes!']
+    """
+    sentences, start = [], 0
+    for match in _END.finditer(paragraph):
+        if _is_boundary(paragraph, match):
+            sentences.append(paragraph[start:match.end() - len(match.group(3))].strip())
+            start = match.end()
+    tail = paragraph[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return [s for s in sentences if s]
+
+
+class InputReport:
+    """What reading found: documents, and bytes that were not UTF-8 (replaced by U+FFFD)."""
+
+    def __init__(self):
+        self.documents = 0
+        self.replaced = {}   # file → number of undecodable byte sequences replaced
+
+    def summary(self):
+        return "; ".join(f"{path}: {n} undecodable byte(s) replaced"
+                         for path, n in self.replaced.items())
+
+
+def check_inputs(paths):
+    """Fail early, naming the file, when an input is missing or not a file."""
+    if not paths:
+        raise ValueError("no input files given")
+    for path in paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"input file not found: {path}")
+        if not os.path.isfile(path):
+            raise ValueError(f"input is not a file: {path}")
+
+
+def _read_text(path, report):
+    with open(path, "rb") as f:
+        data = f.read()
+    text = data.decode("utf-8", errors="replace")
+    replaced = text.count("\ufffd") - data.count("\ufffd".encode())
+    if replaced:
+        report.replaced[path] = report.replaced.get(path, 0) + replaced
+    return text
+
+
+def detect_format(lines):
+    """`sentences` when two non-empty lines follow each other, else `documents`."""
+    previous = ""
+    for line in lines:
+        if line.strip() and previous.strip():
+            return "sentences"
+        previous = line
+    return "documents"
+
+
+def read_documents(paths, input_format="auto", report=None):
+    """Yield documents, each a list of sentences (strings), streaming file by file.
+
+    Args:
+        paths: text files (UTF-8; undecodable bytes are replaced and counted in `report`).
+        input_format: `documents`, `sentences` or `auto` (decided per file by `detect_format`).
+        report: an `InputReport` to fill.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "doc.txt"
+    >>> _ = p.write_text("First one. Second one.\\n\\nA new paragraph.\\n")
+    >>> list(read_documents([str(p)]))
+    [['First one.', 'Second one.', 'A new paragraph.']]
+    """
+    if input_format not in ("auto", "documents", "sentences"):
+        raise ValueError(f"unknown input format {input_format!r}: use auto, documents or sentences")
+    report = report if report is not None else InputReport()
+    check_inputs(paths)
+    for path in paths:
+        lines = _read_text(path, report).splitlines()
+        layout = detect_format(lines) if input_format == "auto" else input_format
+        if layout == "documents":
+            document = [s for line in lines for s in split_sentences(line)]
+            documents = [document] if document else []
+        else:
+            documents, document = [], []
+            for line in lines + [""]:
+                if line.strip():
+                    document.append(line.strip())
+                elif document:
+                    documents.append(document)
+                    document = []
+        for document in documents:
+            report.documents += 1
+            yield document
