@@ -34,11 +34,71 @@ def _run_convert(args):
     print(f"wrote {args.output}: {ckpt.summary()}")
 
 
+# --- build-vocab ---------------------------------------------------------------------------------
+def _add_build_vocab(sub):
+    p = sub.add_parser("build-vocab", help="learn a WordPiece vocabulary from text files")
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
+    p.add_argument("--vocab-size", type=int, required=True, help="vocabulary size (at most)")
+    p.add_argument("--output", required=True, help="the vocab.txt to write")
+    p.add_argument("--cased", action="store_true", help="keep case and accents")
+    p.add_argument("--num-unused", type=int, default=99,
+                   help="[unusedN] slots after [PAD] (99: BERT's ids for the special tokens)")
+    p.add_argument("--input-format", default="auto", choices=("auto", "documents", "sentences"),
+                   help="documents: one per file, blank line between paragraphs; sentences: one "
+                        "a line, blank line between documents; auto: decided per file")
+    p.set_defaults(func=_run_build_vocab)
+
+
+def _run_build_vocab(args):
+    from kbert import tokenizer
+    vocab = tokenizer.build_vocab(args.input, args.vocab_size, lower_case=not args.cased,
+                                  num_unused=args.num_unused, input_format=args.input_format)
+    tokenizer.write_vocab(vocab, args.output)
+    print(f"wrote {args.output}: {len(vocab)} tokens")
+
+
+# --- create-pretraining-data ---------------------------------------------------------------------
+def _add_create_pretraining_data(sub):
+    p = sub.add_parser("create-pretraining-data",
+                       help="text files → masked LM / next sentence TFRecord shards")
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
+    p.add_argument("--vocab", required=True, help="vocab.txt")
+    p.add_argument("--output", required=True, help="directory for the shards")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--max-predictions-per-seq", type=int, default=20)
+    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--dupe-factor", type=int, default=10)
+    p.add_argument("--whole-word-mask", action="store_true")
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--cased", action="store_true", help="the vocabulary is cased")
+    p.add_argument("--input-format", default="auto", choices=("auto", "documents", "sentences"),
+                   help="documents: one per file, blank line between paragraphs; sentences: one "
+                        "a line, blank line between documents; auto: decided per file")
+    p.add_argument("--block-size", type=int, default=20000,
+                   help="sentences held in memory at once (random next segments come from the "
+                        "same block)")
+    p.set_defaults(func=_run_create_pretraining_data)
+
+
+def _run_create_pretraining_data(args):
+    from kbert.data import pretraining
+    options = pretraining.Options(
+        args.max_seq_length, args.max_predictions_per_seq, args.masked_lm_prob,
+        args.short_seq_prob, args.dupe_factor, args.whole_word_mask, args.seed)
+    totals = pretraining.create_pretraining_data(
+        args.input, args.vocab, args.output, options, lower_case=not args.cased,
+        workers=args.workers, input_format=args.input_format, block_size=args.block_size)
+    for line in pretraining.summary(totals):
+        print(line)
+
+
 # -------------------------------------------------------------------------------------------------
 def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_convert,):
+    for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data):
         add(sub)
     return parser
 

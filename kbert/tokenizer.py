@@ -66,6 +66,89 @@ def char_offsets(text, starts, ends):
     return ([int(char_at[s]) for s in starts], [int(char_at[e]) for e in ends])
 
 
+def _normalize_chars(chars, lower_case):
+    """One string per character → its normalized form ("" when HF drops it)."""
+    chars = tf.strings.regex_replace(chars, _DROPPED, "")
+    if lower_case:
+        chars = tf_text.normalize_utf8(chars, "NFD")
+        chars = tf.strings.regex_replace(chars, r"\p{Mn}", "")
+        chars = tf.strings.lower(chars, encoding="utf-8")
+    return chars
+
+
+def _split_and_normalize(texts, lower_case, mask_literal=False):
+    """Strings [B] → words [B, (W)] of the original text, their byte starts, their characters
+    [N, (C)] and the normalized characters [NC]."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    # RegexSplit stops at a NUL byte; \x01 has the same length and is dropped the same way.
+    texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+    delim = f"{_WHITESPACE}|{_PUNCTUATION}|{_CJK}"
+    keep = f"{_PUNCTUATION}|{_CJK}"
+    if mask_literal:
+        delim, keep = f"{_MASK_LITERAL}|{delim}", f"{_MASK_LITERAL}|{keep}"
+    words, word_starts, _ = tf_text.regex_split_with_offsets(texts, delim, keep)  # [B, (W)]
+    chars = tf.strings.unicode_split(words.flat_values, "UTF-8", errors="replace")  # [N, (C)]
+    return words, word_starts, chars, _normalize_chars(chars.flat_values, lower_case)
+
+
+def basic_tokenize(texts, lower_case=True):
+    """BERT's basic tokenization: strings [B] → normalized words, a RaggedTensor [B, (W)].
+
+    >>> basic_tokenize(["Héllo, WORLD!"]).to_list()
+    [[b'hello', b',', b'world', b'!']]
+    """
+    words, _, chars, norm = _split_and_normalize(texts, lower_case)
+    norm_words = tf.strings.reduce_join(chars.with_flat_values(norm), axis=-1)
+    words = words.with_flat_values(norm_words)
+    return tf.ragged.boolean_mask(words, tf.strings.length(words) > 0)
+
+
+def build_vocab(paths, vocab_size, lower_case=True, num_unused=99, input_format="auto"):
+    """Learn a WordPiece vocabulary (tensorflow-text's learner) from text files.
+
+    The layout is BERT's: `[PAD]` = 0, then `num_unused` `[unusedN]` slots (free ids for tokens
+    added later), then `[UNK] [CLS] [SEP] [MASK]`, then the learned tokens. With 99 unused slots
+    the special ids are those of the original vocabularies (0, 100, 101, 102, 103).
+
+    >>> vocab = build_vocab(["corpus.txt"], 8000)  # doctest: +SKIP
+    """
+    import collections
+
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
+    from kbert.data.sentences import read_documents
+    reserved = (["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)]
+                + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    if vocab_size <= len(reserved):
+        raise ValueError(f"vocab size {vocab_size} leaves no room after {len(reserved)} "
+                         "reserved tokens")
+    counts, batch = collections.Counter(), []
+
+    def count(batch):
+        counts.update(w.decode("utf-8") for w in
+                      basic_tokenize(batch, lower_case).flat_values.numpy())
+    for document in read_documents(paths, input_format):
+        batch.extend(document)
+        if len(batch) >= 4096:
+            count(batch)
+            batch = []
+    if batch:
+        count(batch)
+    if not counts:
+        raise ValueError("no text in the input files: " + " ".join(paths))
+    vocab = learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
+                          max_input_tokens=-1)
+    return vocab
+
+
+def write_vocab(vocab, path):
+    """One token a line, written atomically."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(f"{token}\n" for token in vocab))
+    os.replace(tmp, path)
+
+
 class Tokenizer:
     """BERT's basic tokenization + WordPiece, as TensorFlow ops.
 
@@ -103,32 +186,14 @@ class Tokenizer:
     def vocab_size(self):
         return len(self.vocab)
 
-    def _normalize_chars(self, chars):
-        """One string per character → its normalized form ("" when HF drops it)."""
-        chars = tf.strings.regex_replace(chars, _DROPPED, "")
-        if self.lower_case:
-            chars = tf_text.normalize_utf8(chars, "NFD")
-            chars = tf.strings.regex_replace(chars, r"\p{Mn}", "")
-            chars = tf.strings.lower(chars, encoding="utf-8")
-        return chars
-
     def tokenize_with_offsets(self, texts, mask_literal=False):
         """Strings [B] → token ids, start and end byte offsets, RaggedTensors [B, (tokens)].
 
         Offsets are [start, end) into each input's UTF-8 bytes. With `mask_literal`, the text
         `[MASK]` becomes the mask token (for fill-mask inputs).
         """
-        texts = tf.convert_to_tensor(texts, tf.string)
-        # RegexSplit stops at a NUL byte; \x01 has the same length and is dropped the same way.
-        texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-        delim = f"{_WHITESPACE}|{_PUNCTUATION}|{_CJK}"
-        keep = f"{_PUNCTUATION}|{_CJK}"
-        if mask_literal:
-            delim, keep = f"{_MASK_LITERAL}|{delim}", f"{_MASK_LITERAL}|{keep}"
-        words, word_starts, _ = tf_text.regex_split_with_offsets(texts, delim, keep)  # [B, (W)]
+        words, word_starts, chars, norm = _split_and_normalize(texts, self.lower_case, mask_literal)
         flat_words = words.flat_values                                             # [N]
-        chars = tf.strings.unicode_split(flat_words, "UTF-8", errors="replace")    # [N, (C)]
-        norm = self._normalize_chars(chars.flat_values)                            # [NC]
         norm_words = tf.strings.reduce_join(chars.with_flat_values(norm), axis=-1)  # [N]
 
         # Running byte positions of each character, original and normalized, over all words.
@@ -164,7 +229,7 @@ class Tokenizer:
 
         keep_piece = ~whole_word | first_piece
         batch = tf.boolean_mask(tf.gather(words.value_rowids(), word), keep_piece)
-        nrows = tf.shape(texts, out_type=tf.int64)[0]
+        nrows = words.nrows()
 
         def ragged(values):
             return tf.RaggedTensor.from_value_rowids(
