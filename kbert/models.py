@@ -179,11 +179,16 @@ class BertPretrainer(_TaskModel):
 
 
 def pretraining_targets(features):
-    """Splits an original-BERT feature dict into the (x, y, sample_weight) `fit` expects."""
+    """Splits an original-BERT feature dict into the (x, y, sample_weight) `fit` expects.
+
+    Runs inside `tf.data` (on every backend), so it uses TensorFlow ops.
+    """
+    import tensorflow as tf
+
     x = {k: features[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
     y = {"mlm_logits": features["masked_lm_ids"], "nsp_logits": features["next_sentence_labels"]}
     weights = {"mlm_logits": features["masked_lm_weights"],
-               "nsp_logits": ops.ones_like(ops.cast(features["next_sentence_labels"], "float32"))}
+               "nsp_logits": tf.ones_like(tf.cast(features["next_sentence_labels"], tf.float32))}
     return x, y, weights
 
 
