@@ -185,9 +185,6 @@ def encode_squad(tokenizer, examples, is_training, max_seq_length=MAX_SEQ_LENGTH
     them in `warnings`) possible questions without a usable answer. Questions longer than
     `max_query_length` tokens are cut, and counted.
     """
-    if max_seq_length < max_query_length + 4:
-        raise ValueError(f"max_seq_length {max_seq_length} leaves no room for the context "
-                         f"after a {max_query_length}-token question")
     warnings = []
     questions = tokenizer.tokenize([e.question for e in examples]).to_list() if examples else []
     contexts = _tokenize_contexts(tokenizer, [e.context for e in examples])
@@ -210,6 +207,9 @@ def encode_squad(tokenizer, examples, is_training, max_seq_length=MAX_SEQ_LENGTH
                                 "left out of training")
                 continue
         max_tokens = max_seq_length - len(query) - 3
+        if max_tokens < 1:
+            raise ValueError(f"max_seq_length {max_seq_length} leaves no room for the context "
+                             f"after question {example.qas_id}'s {len(query)} tokens")
         spans = _windows(len(ids), max_tokens, doc_stride)
         for w, (start, length) in enumerate(spans):
             offset = len(query) + 2                      # [CLS] question [SEP]
