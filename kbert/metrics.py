@@ -171,20 +171,23 @@ def entity_scores(gold_tags, predicted_tags):
 
     Args:
         gold_tags, predicted_tags: lists of sentences, each a list of IOB1 or IOB2 tags.
-    Returns `{"precision", "recall", "f1", "accuracy"}` (accuracy is per token).
+    Returns `{"precision", "recall", "f1"}`; a chunk counts when type, start and end agree.
     """
     if len(gold_tags) != len(predicted_tags):
         raise ValueError(f"{len(gold_tags)} gold sentences but {len(predicted_tags)} predicted")
-    found = correct = guessed = tokens = right = 0
+    found = correct = guessed = 0
     for n, (gold, pred) in enumerate(zip(gold_tags, predicted_tags)):
         if len(gold) != len(pred):
             raise ValueError(f"sentence {n}: {len(gold)} gold tags but {len(pred)} predicted")
         g, p = set(entities(gold)), set(entities(pred))
         found, guessed, correct = found + len(g), guessed + len(p), correct + len(g & p)
-        tokens += len(gold)
-        right += sum(a == b for a, b in zip(gold, pred))
     precision = 100.0 * correct / guessed if guessed else 0.0
     recall = 100.0 * correct / found if found else 0.0
     f = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f,
-            "accuracy": 100.0 * right / tokens if tokens else 0.0}
+    return {"precision": precision, "recall": recall, "f1": f}
+
+
+def token_accuracy(gold_tags, predicted_tags):
+    """Per-token tag accuracy (percent), the other number conlleval prints."""
+    pairs = [(a, b) for g, p in zip(gold_tags, predicted_tags) for a, b in zip(g, p)]
+    return 100.0 * sum(a == b for a, b in pairs) / len(pairs) if pairs else 0.0

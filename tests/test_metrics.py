@@ -186,4 +186,5 @@ def test_entities_conlleval_rules():
     with pytest.raises(ValueError, match="'PER'"):
         metrics.entities(["PER"])
     perfect = metrics.entity_scores([["B-LOC", "O"]], [["B-LOC", "O"]])
-    assert perfect == {"precision": 100.0, "recall": 100.0, "f1": 100.0, "accuracy": 100.0}
+    assert perfect == {"precision": 100.0, "recall": 100.0, "f1": 100.0}
+    assert metrics.token_accuracy([["B-LOC", "O"]], [["B-LOC", "B-PER"]]) == 50.0
