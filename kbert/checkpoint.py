@@ -80,7 +80,9 @@ def make_head(name, backbone, options=None):
     common = dict(initializer_range=c.initializer_range, name=name,
                   dtype=backbone.dtype_policy)
     if name == "mlm":
-        head = MaskedLMHead(backbone.word_embeddings, c.hidden_act, c.layer_norm_epsilon, **common)
+        # Some sources (keras-hub) give the MLM transform its own activation and LayerNorm epsilon.
+        head = MaskedLMHead(backbone.word_embeddings, options.get("hidden_act", c.hidden_act),
+                            options.get("layer_norm_epsilon", c.layer_norm_epsilon), **common)
         head.build((None, None, c.hidden_size))
     elif name == "nsp":
         head = NextSentenceHead(**common)

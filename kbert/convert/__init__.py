@@ -1,13 +1,24 @@
 """Importers from the checkpoint formats users hold, and exporters back to them.
 
 Each source module exposes `load(src) -> (BertConfig, tensors, head_options, vocab, lower_case)`
-in kbert's checkpoint keys; `convert()` turns that into a checkpoint directory.
+in kbert's checkpoint keys; `convert()` turns that into a checkpoint directory. Each target in
+`TARGETS` names a function `(checkpoint, output) -> output` that writes another library's layout;
+`export()` calls it.
 """
 
 import importlib
 import os
 
-SOURCES = {"hf": "kbert.convert.hf"}
+SOURCES = {
+    "hf": "kbert.convert.hf",
+    "google": "kbert.convert.google",
+    "model-garden": "kbert.convert.model_garden",
+    "keras-hub": "kbert.convert.keras_hub",
+}
+TARGETS = {
+    "hf": "kbert.convert.hf:export_hf",
+    "keras-hub": "kbert.convert.keras_hub:export_keras_hub",
+}
 
 
 def convert(source, src, output, dtype="float32"):
@@ -18,10 +29,13 @@ def convert(source, src, output, dtype="float32"):
     if source not in SOURCES:
         raise ValueError(f"unknown source format {source!r}; choose one of "
                          f"{', '.join(sorted(SOURCES))}")
-    if not os.path.exists(src):
+    if not (os.path.exists(src) or os.path.exists(src + ".index")):  # a TF checkpoint prefix
         raise FileNotFoundError(f"source checkpoint not found: {src}")
     module = importlib.import_module(SOURCES[source])
     config, tensors, head_options, vocab, lower_case = module.load(src)
+    if len(vocab) != config.vocab_size:
+        raise ValueError(f"{src}: the vocabulary has {len(vocab)} tokens but the word embeddings "
+                         f"have {config.vocab_size} rows")
     backbone = BertBackbone(config)
     heads = {name: checkpoint.make_head(name, backbone, head_options.get(name))
              for name in head_options}
@@ -29,3 +43,47 @@ def convert(source, src, output, dtype="float32"):
     path = checkpoint.save(output, vocab=vocab, do_lower_case=lower_case,
                            head_options=head_options, dtype=dtype, backbone=backbone, heads=heads)
     return checkpoint.Checkpoint(config, vocab, lower_case, backbone, heads, head_options, path)
+
+
+def export(target, ckpt, output):
+    """Writes the kbert checkpoint `ckpt` (a directory or a loaded `Checkpoint`) as `target`.
+
+    target: "hf" (a transformers `save_pretrained` directory) or "keras-hub" (a preset directory).
+    """
+    from kbert import checkpoint
+
+    if target not in TARGETS:
+        raise ValueError(f"unknown export format {target!r}; choose one of "
+                         f"{', '.join(sorted(TARGETS))}")
+    if not isinstance(ckpt, checkpoint.Checkpoint):
+        ckpt = checkpoint.load(ckpt)
+    module, function = TARGETS[target].split(":")
+    return getattr(importlib.import_module(module), function)(ckpt, output)
+
+
+def guess_lower_case(vocab, directory=None):
+    """Whether a vocabulary is uncased: from the directory name (`uncased_`/`cased_`, as Google
+    names its releases), else from the vocabulary (an uncased one has no capitalised word)."""
+    name = os.path.basename(os.path.normpath(directory or "")).lower()
+    if "uncased" in name:
+        return True
+    if "cased" in name:
+        return False
+    return not any(t[:1].isupper() for t in vocab if not t.startswith("["))
+
+
+def read_vocab_file(path):
+    """The tokens of a `vocab.txt`; a clear FileNotFoundError when it is absent."""
+    from kbert.tokenizer import read_vocab
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{os.path.dirname(path) or '.'}: missing "
+                                f"{os.path.basename(path)} (the WordPiece vocabulary)")
+    return read_vocab(path)
+
+
+def shown(names, limit=8):
+    """'a, b, c and N more' for error messages."""
+    names = list(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
