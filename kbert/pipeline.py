@@ -142,6 +142,80 @@ class Bert:
         return {label: float(p) for label, p in zip(labels, _softmax(logits))}
 
 
+    def answer(self, question, context, top_k=1, max_seq_length=384, doc_stride=128,
+               max_answer_length=30):
+        """Extractive QA: the `top_k` best spans of `context`, best first.
+
+        Each is {"text", "score" (probability among the n-best), "start", "end"} with
+        character offsets into `context` (end exclusive). Contexts longer than one window are
+        read in windows `doc_stride` tokens apart. For a SQuAD v2.0 model the best may be the
+        empty answer ("", start = end = -1) when the null score beats the best span by more
+        than the checkpoint's `null_score_diff_threshold`.
+        """
+        from kbert.tasks import squad, squad_postprocess
+
+        head = self._require("span", "answer")
+        if not question or not question.strip():
+            raise ValueError("answer: the question is empty")
+        if not context or not context.strip():
+            raise ValueError("answer: the context is empty")
+        options = self.checkpoint.head_options.get("span", {})
+        version_2 = str(options.get("version", "1.1")) == "2.0"
+        example = squad.SquadExample("q", question, context, [])
+        features = squad.encode_squad(self.tokenizer, [example], is_training=False,
+                                      max_seq_length=min(max_seq_length, self.max_seq_length),
+                                      doc_stride=doc_stride)
+        starts, ends = [], []
+        for _, idx in _batches(np.arange(len(features.example_index)), 16):
+            batch = {k: v[idx] for k, v in features.features.items()}
+            start, end = head(self._encode(batch)["sequence_output"])
+            starts.append(ops.convert_to_numpy(start))
+            ends.append(ops.convert_to_numpy(end))
+        result = squad_postprocess.postprocess(
+            [example], features, np.concatenate(starts), np.concatenate(ends),
+            version_2=version_2,
+            null_score_diff_threshold=float(options.get("null_score_diff_threshold", 0.0)),
+            n_best_size=max(squad_postprocess.N_BEST_SIZE, int(top_k)),
+            max_answer_length=max_answer_length)
+        nbest = result.nbest["q"]
+        if version_2:  # the threshold decides whether "" or the best span comes first
+            empty = [e for e in nbest if e["text"] == ""]
+            spans = [e for e in nbest if e["text"] != ""]
+            nbest = empty + spans if result.predictions["q"] == "" else spans + empty
+        return [{"text": e["text"], "score": e["probability"], "start": e["start"],
+                 "end": e["end"]} for e in nbest[:max(1, int(top_k))]]
+
+    def tag(self, text):
+        """Named entities in `text`: [{"text", "label", "start", "end", "score"}].
+
+        Words are the tokenizer's basic-tokenized words; each is labelled at its first
+        WordPiece (as in training) and IOB tags are grouped into entities (conlleval rules).
+        """
+        from kbert.metrics import entities
+
+        head = self._require("tagger", "tag")
+        labels = self.checkpoint.head_options["tagger"]["labels"]
+        ids, starts, ends = self.tokenizer.tokenize_with_char_offsets(text)
+        ids = ids[:self.max_seq_length - 2]
+        if not ids:
+            return []
+        tokens = self.tokenizer.convert_ids_to_tokens(ids)
+        first = [i for i, t in enumerate(tokens) if i == 0 or not t.startswith("##")]
+        word_end = [(first[k + 1] if k + 1 < len(first) else len(ids)) - 1
+                    for k in range(len(first))]
+        features, _ = self.tokenizer.pack([ids], max_seq_length=self.max_seq_length)
+        logits = ops.convert_to_numpy(head(self._encode(features)["sequence_output"]))[0]
+        probs = _softmax(logits.astype(np.float64))[1:len(ids) + 1]     # drop [CLS]
+        word_labels = [labels[int(probs[i].argmax())] for i in first]
+        out = []
+        for kind, a, b in entities(word_labels):
+            start, end = starts[first[a]], ends[word_end[b]]
+            score = float(np.mean([probs[first[k]].max() for k in range(a, b + 1)]))
+            out.append({"text": text[start:end], "label": kind, "start": int(start),
+                        "end": int(end), "score": score})
+        return out
+
+
 def load(path):
     """Loads a checkpoint directory for inference (see `Bert`)."""
     return Bert(checkpoint_lib.load(path))
