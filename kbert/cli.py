@@ -94,11 +94,63 @@ def _run_create_pretraining_data(args):
         print(line)
 
 
+# --- pretrain ------------------------------------------------------------------------------------
+def _add_pretrain(sub):
+    p = sub.add_parser("pretrain", help="masked LM + next sentence pretraining with model.fit")
+    p.add_argument("--data", nargs="+", required=True, metavar="DIR",
+                   help="TFRecord shard directory (two for the 128-then-512 two-phase schedule)")
+    p.add_argument("--config", help="tiny, mini, small, medium, base, large or a config.json "
+                                    "(default: base, or the --init checkpoint's)")
+    p.add_argument("--init", help="checkpoint to continue from (missing MLM/NSP heads are new)")
+    p.add_argument("--vocab", help="vocab.txt for a model trained from scratch")
+    p.add_argument("--output", required=True, help="the checkpoint directory to write")
+    p.add_argument("--batch-size", type=int, default=32, help="global batch per update")
+    p.add_argument("--steps", type=int, default=1000, help="optimizer updates")
+    p.add_argument("--phase-steps", type=int, nargs="+", help="updates per --data phase")
+    p.add_argument("--warmup-steps", type=int, help="default: 1%% of --steps")
+    p.add_argument("--learning-rate", type=float, default=1e-4, help="peak learning rate")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--max-seq-length", type=int, help="check the shards have this length")
+    p.add_argument("--max-predictions-per-seq", type=int, help="check the shards have this P")
+    p.add_argument("--optimizer", default="adamw", choices=("adamw", "lamb"))
+    p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"))
+    p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
+                   help="XLA compilation of the train step")
+    p.add_argument("--checkpoint-every", type=int, default=1000, help="updates between backups")
+    p.add_argument("--accumulate", type=int, default=1, help="gradient accumulation steps")
+    p.add_argument("--dynamic-masking", action="store_true", help="new masks for every batch")
+    p.add_argument("--strategy", default="auto",
+                   choices=("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel"))
+    p.add_argument("--tpu", help="TPU name or address for the cluster resolver")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-dir", help="TensorBoard log directory")
+    p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
+    p.set_defaults(func=_run_pretrain)
+
+
+def _run_pretrain(args):
+    from kbert import training
+    jit = {"auto": "auto", "on": True, "off": False}[args.jit_compile]
+    result = training.pretrain(
+        args.data, args.output, config=args.config, init=args.init, vocab=args.vocab,
+        batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
+        learning_rate=args.learning_rate, max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq, optimizer=args.optimizer,
+        weight_decay=args.weight_decay, mixed_precision=args.mixed_precision, jit_compile=jit,
+        checkpoint_every=args.checkpoint_every, accumulate=args.accumulate,
+        dynamic_masking=args.dynamic_masking, phase_steps=args.phase_steps, seed=args.seed,
+        strategy=args.strategy, tpu=args.tpu, log_dir=args.log_dir, save_dtype=args.save_dtype,
+        verbose=2)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    print(f"wrote {result.output}: {result.steps} steps in {result.wall_seconds:.0f}s")
+
+
 # -------------------------------------------------------------------------------------------------
 def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data):
+    for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain):
         add(sub)
     return parser
 

@@ -1,0 +1,97 @@
+"""The paper's optimizer recipe (Devlin et al., 2018, appendix A.2) with Keras optimizers.
+
+Adam with β1 = 0.9, β2 = 0.999, ε = 1e-6, L2 weight decay 0.01 (decoupled, as in AdamW and the
+original `AdamWeightDecayOptimizer`) on every variable except LayerNorm and bias variables,
+learning-rate warmup over the first steps then linear decay to 0, gradients clipped to a global
+norm of 1.0. LAMB (You et al., 2019) is the large-batch alternative.
+
+Example:
+>>> optimizer = create_optimizer(learning_rate=1e-4, total_steps=1000, warmup_steps=100)
+>>> round(float(optimizer.learning_rate), 8)      # step 0 of the warmup
+0.0
+"""
+
+import keras
+from keras import ops
+
+# Variable names (Keras `variable.name`, the last part of the path) that get no weight decay:
+# LayerNorm's scale and offset and every bias, the MLM head's `output_bias` included.
+NO_WEIGHT_DECAY = ("gamma", "beta", "bias")
+OPTIMIZERS = ("adamw", "lamb")
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0 to `peak_learning_rate` over `warmup_steps`, then linear decay to
+    `end_learning_rate` at `total_steps` (constant after).
+
+    Example:
+    >>> schedule = WarmupLinearDecay(1e-4, total_steps=100, warmup_steps=10)
+    >>> [round(float(schedule(s)), 7) for s in (0, 5, 10, 55, 100, 120)]
+    [0.0, 5e-05, 0.0001, 5e-05, 0.0, 0.0]
+    """
+
+    def __init__(self, peak_learning_rate, total_steps, warmup_steps=0, end_learning_rate=0.0):
+        if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
+            raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps "
+                             f"({total_steps}) and total_steps > 0")
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+        self.end_learning_rate = float(end_learning_rate)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        peak, end = self.peak_learning_rate, self.end_learning_rate
+        warmup = peak * step / max(self.warmup_steps, 1)
+        fraction = (step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1)
+        decay = peak + (end - peak) * ops.minimum(fraction, 1.0)
+        return ops.where(step < self.warmup_steps, warmup, decay)
+
+    def get_config(self):
+        return {"peak_learning_rate": self.peak_learning_rate, "total_steps": self.total_steps,
+                "warmup_steps": self.warmup_steps, "end_learning_rate": self.end_learning_rate}
+
+
+def create_optimizer(name="adamw", learning_rate=1e-4, total_steps=1_000_000, warmup_steps=10_000,
+                     weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                     global_clipnorm=1.0, gradient_accumulation_steps=None, loss_scale=False):
+    """AdamW (or LAMB) with the paper's defaults and the warmup/linear-decay schedule.
+
+    Args:
+        name: "adamw" or "lamb".
+        learning_rate: the peak learning rate (the paper: 1e-4 for batch 256).
+        total_steps, warmup_steps: optimizer updates (the paper: 1M and 10k).
+        gradient_accumulation_steps: average the gradients of this many batches per update.
+        loss_scale: wrap in a `LossScaleOptimizer` (for `mixed_float16`).
+    """
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if gradient_accumulation_steps is not None and gradient_accumulation_steps <= 1:
+        gradient_accumulation_steps = None
+    schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps)
+    cls = keras.optimizers.AdamW if name == "adamw" else keras.optimizers.Lamb
+    optimizer = cls(learning_rate=schedule, weight_decay=weight_decay, beta_1=beta_1,
+                    beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm,
+                    gradient_accumulation_steps=gradient_accumulation_steps)
+    optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
+    if loss_scale:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def inner_optimizer(optimizer):
+    """The optimizer that owns the variables (unwraps a `LossScaleOptimizer`)."""
+    return getattr(optimizer, "inner_optimizer", optimizer)
+
+
+def decayed_variables(optimizer, variables):
+    """Paths of the variables this optimizer applies weight decay to (for inspection)."""
+    inner = inner_optimizer(optimizer)
+    return [v.path for v in variables if inner._use_weight_decay(v)]
+
+
+def batches_seen(optimizer):
+    """Batches consumed so far: optimizer updates × gradient accumulation steps."""
+    inner = inner_optimizer(optimizer)
+    return int(ops.convert_to_numpy(inner._iterations))
