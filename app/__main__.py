@@ -1,0 +1,3 @@
+from app.server import main
+
+main()

@@ -1,0 +1,68 @@
+"""Preloaded inputs and the short notes on what BERT learns in each task."""
+
+FILL_MASK = [
+    ["The capital of France is [MASK]."],
+    ["The man went to the [MASK]. He bought a gallon of [MASK]."],
+    ["She poured the [MASK] into a cup and drank it slowly."],
+    ["Doctors work in a [MASK]."],
+]
+
+NEXT_SENTENCE = [
+    ["The man went to the store.", "He bought a gallon of milk."],
+    ["The man went to the store.", "Penguins are flightless birds."],
+    ["It started raining heavily in the afternoon.", "We stayed indoors and played cards."],
+]
+
+# Sentences a "random B" is drawn from (unrelated to any example's A, as NSP's NotNext pairs are).
+RANDOM_SENTENCES = [
+    "Penguins are flightless birds that live in the Southern Hemisphere.",
+    "The stock market closed higher on Friday.",
+    "Photosynthesis turns light into chemical energy.",
+    "The recipe calls for two cups of flour.",
+    "The orchestra tuned their instruments before the concert.",
+    "Mount Everest is the highest mountain above sea level.",
+    "He forgot his umbrella on the train.",
+    "The library opens at nine in the morning.",
+]
+
+QUESTION_ANSWERING = [
+    ["Where is the Eiffel Tower?",
+     "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
+     "It is named after the engineer Gustave Eiffel, whose company designed and built the tower "
+     "from 1887 to 1889."],
+    ["Who designed the tower?",
+     "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
+     "It is named after the engineer Gustave Eiffel, whose company designed and built the tower "
+     "from 1887 to 1889."],
+    ["What do plants need for photosynthesis?",
+     "Photosynthesis is the process by which green plants use sunlight, water and carbon dioxide "
+     "to make glucose and release oxygen. It takes place mainly in the leaves, inside organelles "
+     "called chloroplasts."],
+    ["How many moons does Mars have?",
+     "Mars is the fourth planet from the Sun. It has two small moons, Phobos and Deimos, which "
+     "were discovered by Asaph Hall in 1877."],
+]
+
+ATTENTION = [
+    ["The cat sat on the mat because it was tired.", ""],
+    ["The man went to the store.", "He bought a gallon of milk."],
+]
+
+NOTES = {
+    "fill": "**Masked language modelling (MLM).** In pre-training BERT sees text with 15% of its "
+            "WordPiece tokens hidden (mostly as `[MASK]`) and learns to predict each one from "
+            "the words on *both* sides. Here it ranks the vocabulary for every `[MASK]` you write "
+            "(at most 10).",
+    "nsp": "**Next sentence prediction (NSP).** The other pre-training task: given `[CLS] A [SEP] "
+           "B [SEP]`, is B the sentence that really followed A, or a random one? Half the "
+           "training pairs are real, half random; the answer is read from the `[CLS]` vector.",
+    "qa": "**Span prediction (SQuAD).** Fine-tuned BERT reads `[CLS] question [SEP] context "
+          "[SEP]` and scores every context token as the answer's start and end; the best "
+          "start ≤ end pair is the answer. A SQuAD 2.0 model may answer *no answer* (the "
+          "`[CLS]` span) when the context does not contain one. Long contexts are read in "
+          "overlapping windows.",
+    "attention": "**Self-attention.** Every layer lets each WordPiece token attend to all the "
+                 "others; each row of the heatmap is one token's attention distribution for "
+                 "the chosen layer and head (it sums to 1). Many heads attend to `[SEP]`, to "
+                 "the next or previous token, or to related words.",
+}

@@ -1,0 +1,104 @@
+"""The checkpoints the playground serves: found on disk, described from config.json, loaded once.
+
+Reading `config.json` is enough to list a checkpoint and its heads, so the model picker is ready
+before any weights are loaded; `Registry.get` loads a checkpoint with `kbert.load` on first use and
+keeps it.
+"""
+
+import json
+import os
+import threading
+
+# What each tab needs, and how to say it to a user.
+HEAD_NAMES = {"mlm": "masked-LM (fill-mask)", "nsp": "next-sentence",
+              "span": "span (question answering)"}
+
+
+class InputError(ValueError):
+    """A problem with the user's input or model choice, shown as a message (never a traceback)."""
+
+
+def describe(path):
+    """{"path", "heads", "num_layers", "num_heads", "max_len", "span"} from a checkpoint's
+    config.json, or None if `path` is not a kbert checkpoint."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or "hidden_size" not in raw:
+        return None
+    heads = raw.get("heads") or {}
+    return {"path": os.path.abspath(path), "heads": sorted(heads),
+            "num_layers": int(raw.get("num_layers", 1)), "num_heads": int(raw.get("num_heads", 1)),
+            "max_len": int(raw.get("max_position_embeddings", 512)),
+            "span": dict(heads.get("span") or {})}
+
+
+def discover(models_dir="saved_models", extra=()):
+    """{name: description} for each checkpoint under `models_dir` plus each path in `extra`."""
+    paths = []
+    if models_dir and os.path.isdir(models_dir):
+        paths += [os.path.join(models_dir, d) for d in sorted(os.listdir(models_dir))
+                  if not d.startswith(".")]
+    paths += list(extra)
+    found = {}
+    for path in paths:
+        info = describe(path)
+        if info is None:
+            if path in extra:
+                raise InputError(f"{path} is not a kbert checkpoint directory (no config.json)")
+            continue
+        if info["path"] in {v["path"] for v in found.values()}:
+            continue
+        name, n = os.path.basename(os.path.normpath(path)), 2
+        base = name
+        while name in found:
+            name, n = f"{base}-{n}", n + 1
+        found[name] = info
+    return found
+
+
+class Registry:
+    """Checkpoints by name; each loaded once, on first use, by one thread."""
+
+    def __init__(self, models):
+        self.models = dict(models)
+        self._loaded = {}
+        self._locks = {name: threading.Lock() for name in self.models}
+
+    @property
+    def names(self):
+        return list(self.models)
+
+    def info(self, name):
+        if not self.models:
+            raise InputError("No checkpoints found: put one in saved_models/ or pass --model DIR")
+        if name not in self.models:
+            raise InputError(f"Unknown model {name!r}; choose one of: {', '.join(self.models)}")
+        return self.models[name]
+
+    def with_head(self, head):
+        return [n for n, info in self.models.items() if head in info["heads"]]
+
+    def check(self, name, head=None):
+        """Raises InputError saying plainly that model `name` is unknown or lacks `head`."""
+        info = self.info(name)
+        if head is not None and head not in info["heads"]:
+            others = self.with_head(head)
+            hint = (f"Pick one that has it: {', '.join(others)}." if others
+                    else "None of the loaded checkpoints has one.")
+            raise InputError(f"The model '{name}' has no {HEAD_NAMES[head]} head. {hint}")
+
+    def require(self, name, head):
+        """The loaded model `name`, after `check`."""
+        self.check(name, head)
+        return self.get(name)
+
+    def get(self, name):
+        self.info(name)
+        with self._locks[name]:
+            if name not in self._loaded:
+                import kbert  # heavy (Keras, TensorFlow): imported on first use only
+                self._loaded[name] = kbert.load(self.models[name]["path"])
+            return self._loaded[name]

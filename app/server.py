@@ -1,0 +1,64 @@
+"""Command line and launch: `python -m app` / `kbert app` serve the playground on loopback."""
+
+import argparse
+import logging
+import os
+
+DEFAULT_MODELS_DIR = "saved_models"
+
+
+def add_arguments(parser):
+    parser.add_argument("--model", action="append", default=[], metavar="CKPT",
+                        help="a checkpoint directory to serve (repeatable), besides those found "
+                             "in --models-dir")
+    parser.add_argument("--models-dir", default=DEFAULT_MODELS_DIR,
+                        help="directory whose checkpoint sub-directories are served "
+                             "(default: saved_models)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it)")
+    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    parser.add_argument("--share", action="store_true",
+                        help="also open a public gradio.live share link")
+    parser.add_argument("--concurrency", type=int, default=2,
+                        help="requests computed at once; the rest wait in the queue (default 2)")
+    parser.add_argument("--preload", action="store_true",
+                        help="load every checkpoint before serving (default: on first use)")
+    return parser
+
+
+def build(models=(), models_dir=DEFAULT_MODELS_DIR, concurrency=2):
+    """(demo, registry): the queued Blocks app over the checkpoints found."""
+    from app.registry import Registry, discover
+    from app.ui import build_demo
+    registry = Registry(discover(models_dir, models))
+    demo = build_demo(registry)
+    demo.queue(default_concurrency_limit=max(1, concurrency), max_size=256)
+    return demo, registry
+
+
+def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860, share=False,
+          concurrency=2, preload=False, block=True):
+    """Builds and launches the app; returns (demo, registry) when `block` is False."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    demo, registry = build(models, models_dir, concurrency)
+    if not registry.names:
+        logging.getLogger("app").warning(
+            "no checkpoints found in %s/ (pass --model DIR); the tabs will say so", models_dir)
+    for name in registry.names if preload else ():
+        registry.get(name)
+    demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block,
+                show_error=False, quiet=not block, footer_links=["api"])
+    return demo, registry
+
+
+def main(argv=None):
+    parser = add_arguments(argparse.ArgumentParser(prog="python -m app", description=__doc__))
+    args = parser.parse_args(argv)
+    from app.registry import InputError
+    try:
+        serve(args.model, args.models_dir, args.host, args.port, args.share, args.concurrency,
+              args.preload)
+    except InputError as e:
+        parser.exit(1, f"python -m app: error: {e}\n")

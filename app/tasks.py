@@ -1,0 +1,165 @@
+"""What each tab computes, on kbert's public API, with plain data in and out (no Gradio here).
+
+Every function takes the `Registry` and a model name first, raises `InputError` with a message a
+user can act on, and returns a dict whose "notes" list says what was cut or changed.
+"""
+
+import collections
+import re
+import threading
+
+import numpy as np
+
+from app.registry import InputError
+
+MAX_MASKS = 10
+MAX_TOP_K = 20
+MAX_CHARS = 20_000            # fill-mask / next-sentence / attention text
+MAX_CONTEXT_CHARS = 100_000   # question answering context (the pipeline slides windows over it)
+MAX_ATTENTION_TOKENS = 64     # a heatmap wider than this is unreadable
+MASK = "[MASK]"
+
+
+def _text(value, what, limit=MAX_CHARS):
+    text = (value or "").strip()
+    if not text:
+        raise InputError(f"{what} is empty: type some text first.")
+    if len(text) > limit:
+        raise InputError(f"{what} has {len(text):,} characters; the playground takes at most "
+                         f"{limit:,}.")
+    return text
+
+
+def _cut_note(n_tokens, limit, what="input"):
+    return (f"The {what} is {n_tokens} WordPiece tokens; the model reads {limit}, so the rest was "
+            "cut off.")
+
+
+# --- fill mask ---------------------------------------------------------------------------------
+def words(text):
+    """The words of `text` a user can mask: [(label, index)] in order."""
+    found = re.findall(r"\[MASK\]|\w+", text or "")
+    return [(f"{w} (word {i + 1})", i) for i, w in enumerate(found) if w != MASK]
+
+
+def mask_word(text, index):
+    """`text` with its `index`-th word (as numbered by `words`) replaced by [MASK]."""
+    if index is None or index == "":
+        raise InputError("Choose a word to mask first.")
+    matches = list(re.finditer(r"\[MASK\]|\w+", text or ""))
+    index = int(index)
+    if not 0 <= index < len(matches) or matches[index].group() == MASK:
+        raise InputError("That word is no longer in the text; choose again.")
+    m = matches[index]
+    return text[:m.start()] + MASK + text[m.end():]
+
+
+def _best_fill(text, masks):
+    pieces, spans = [], list(re.finditer(re.escape(MASK), text))
+    if len(spans) != len(masks):
+        return " ".join(r[0]["token"] for r in masks)
+    last = 0
+    for span, ranked in zip(spans, masks):
+        token = ranked[0]["token"]
+        if token.startswith("##"):                       # a word piece joins the word before it
+            token = token[2:]
+        pieces += [text[last:span.start()], token]
+        last = span.end()
+    return "".join(pieces + [text[last:]])
+
+
+def fill_mask(registry, name, text, top_k=5):
+    model = registry.require(name, "mlm")
+    text = _text(text, "The text")
+    ids = model.tokenizer.encode(text)
+    n_masks = ids.count(model.tokenizer.mask_id)
+    if n_masks == 0:
+        raise InputError("The text has no [MASK]. Write [MASK] where a word is missing, or pick "
+                         "a word below and press 'Mask this word'.")
+    if n_masks > MAX_MASKS:
+        raise InputError(f"The text has {n_masks} [MASK]s; the playground fills at most "
+                         f"{MAX_MASKS} at once.")
+    notes, limit = [], model.max_seq_length - 2
+    if len(ids) > limit:
+        notes.append(_cut_note(len(ids), limit))
+    top_k = max(1, min(int(top_k or 5), MAX_TOP_K))
+    try:
+        masks = model.fill_mask(text, top_k=top_k)
+    except ValueError as e:                              # e.g. a [MASK] past the model's length
+        message = str(e).removeprefix("fill_mask: ")
+        raise InputError(message[:1].upper() + message[1:] + ".") from None
+    return {"masks": masks, "best": _best_fill(text, masks), "notes": notes}
+
+
+# --- next sentence -----------------------------------------------------------------------------
+def next_sentence(registry, name, sentence_a, sentence_b):
+    model = registry.require(name, "nsp")
+    a, b = _text(sentence_a, "Sentence A"), _text(sentence_b, "Sentence B")
+    n = len(model.tokenizer.encode(a)) + len(model.tokenizer.encode(b))
+    notes = [_cut_note(n, model.max_seq_length - 3, "pair")] if n > model.max_seq_length - 3 else []
+    return {"is_next": model.next_sentence(a, b)["is_next"], "notes": notes}
+
+
+# --- question answering ------------------------------------------------------------------------
+def answer(registry, name, question, context, top_k=5):
+    model = registry.require(name, "span")
+    question = _text(question, "The question")
+    _text(context, "The context", MAX_CONTEXT_CHARS)   # offsets stay those of the context as given
+    top_k = max(1, min(int(top_k or 5), MAX_TOP_K))
+    nbest = model.answer(question, context, top_k=MAX_TOP_K)   # the null answer may rank low
+    v2 = str(registry.info(name)["span"].get("version", "")) == "2.0"
+    no_answer = next((a["score"] for a in nbest if not a["text"]), None)
+    notes = []
+    n = len(model.tokenizer.encode(context))
+    if n > model.max_seq_length - 3:
+        notes.append(f"The context is {n} WordPiece tokens, longer than one window of "
+                     f"{model.max_seq_length}; the model read it in overlapping windows.")
+    return {"answers": nbest[:top_k], "no_answer_score": no_answer if v2 else None,
+            "v2": v2, "notes": notes}
+
+
+# --- attention ---------------------------------------------------------------------------------
+_attention_cache = collections.OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _attentions(model, key, text, text_b):
+    """Token ids and attention probabilities [L, N, T, T] for the first tokens of the input."""
+    with _cache_lock:
+        if key in _attention_cache:
+            _attention_cache.move_to_end(key)
+            return _attention_cache[key]
+    tok = model.tokenizer
+    a = tok.encode(text)
+    b = tok.encode(text_b) if text_b else None
+    n = len(a) + (len(b) + 1 if b is not None else 0) + 2
+    limit = min(MAX_ATTENTION_TOKENS, model.max_seq_length)
+    features, _ = tok.pack([a], None if b is None else [b], max_seq_length=limit)
+    attentions = model.backbone(features, output_attentions=True)["attentions"]
+    value = (features["input_ids"][0].tolist(),
+             np.stack([np.asarray(layer)[0] for layer in attentions]), n)
+    with _cache_lock:
+        _attention_cache[key] = value
+        while len(_attention_cache) > 16:
+            _attention_cache.popitem(last=False)
+    return value
+
+
+def attention(registry, name, text, text_b="", layer=1, head="mean"):
+    """{"tokens", "ids", "matrix" [T, T], "layer", "head", "notes"}; layer is 1-based, head is
+    1-based or "mean" (averaged over heads)."""
+    model = registry.require(name, None)
+    text = _text(text, "The text")
+    text_b = (text_b or "").strip()
+    ids, probs, n = _attentions(model, (name, text, text_b), text, text_b)
+    num_layers, num_heads = probs.shape[0], probs.shape[1]
+    layer = min(max(int(layer or 1), 1), num_layers)
+    if head in (None, "", "mean"):
+        matrix, head = probs[layer - 1].mean(0), "mean"
+    else:
+        head = min(max(int(head), 1), num_heads)
+        matrix = probs[layer - 1, head - 1]
+    notes = [f"The input is {n} tokens; the heatmap shows the first {len(ids)}."] if n > len(ids) \
+        else []
+    return {"tokens": model.tokenizer.convert_ids_to_tokens(ids), "ids": ids,
+            "matrix": matrix, "layer": layer, "head": head, "notes": notes}

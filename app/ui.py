@@ -1,0 +1,131 @@
+"""The Gradio Blocks layout: a model picker, one tab per task, examples and notes."""
+
+import gradio as gr
+
+from app import callbacks, examples
+
+TITLE = "kbert playground"
+INTRO = ("BERT (Devlin et al., 2018) pre-trains a Transformer encoder on two tasks — masked "
+         "language modelling and next sentence prediction — and is then fine-tuned, e.g. for "
+         "question answering. Pick a checkpoint; each tab says when it lacks the head it needs.")
+
+
+def _default(registry, head):
+    with_head = registry.with_head(head)
+    return (with_head or registry.names or [None])[0]
+
+
+def _fill_tab(registry, model):
+    gr.Markdown(examples.NOTES["fill"])
+    status = gr.Markdown()
+    text = gr.Textbox(label="Text with [MASK]", lines=2, value=examples.FILL_MASK[0][0],
+                      elem_id="fill-text")
+    with gr.Row():
+        word = gr.Dropdown(label="Word to mask", choices=[], elem_id="fill-word", scale=3)
+        mask_btn = gr.Button("Mask this word", scale=1, elem_id="fill-mask-word")
+        top_k = gr.Slider(1, 20, value=5, step=1, label="Top k", scale=2)
+    run = gr.Button("Fill the masks", variant="primary", elem_id="fill-run")
+    message = gr.Markdown(elem_id="fill-message")
+    best = gr.Textbox(label="Sentence with the best fill", elem_id="fill-best")
+    chart = gr.Plot(label="Top-k per [MASK]", format="png")
+    raw = gr.JSON(label="Predictions", open=False)
+    gr.Examples(examples.FILL_MASK, inputs=[text])
+    fn = callbacks.fill_mask(registry)
+    run.click(fn, [model, text, top_k], [raw, best, chart, message], api_name="fill_mask")
+    text.submit(fn, [model, text, top_k], [raw, best, chart, message], api_visibility="private")
+    text.change(callbacks.word_choices, text, word, api_visibility="private")
+    mask_btn.click(callbacks.mask_word, [text, word], text, api_visibility="private")
+    return status
+
+
+def _nsp_tab(registry, model):
+    gr.Markdown(examples.NOTES["nsp"])
+    status = gr.Markdown()
+    a = gr.Textbox(label="Sentence A", value=examples.NEXT_SENTENCE[0][0], elem_id="nsp-a")
+    with gr.Row():
+        b = gr.Textbox(label="Sentence B", value=examples.NEXT_SENTENCE[0][1], elem_id="nsp-b",
+                       scale=4)
+        rand = gr.Button("Random B", scale=1, elem_id="nsp-random")
+    run = gr.Button("Does B follow A?", variant="primary", elem_id="nsp-run")
+    message = gr.Markdown(elem_id="nsp-message")
+    prob = gr.Number(label="P(IsNext)", precision=4, elem_id="nsp-prob")
+    label = gr.Label(label="Prediction", num_top_classes=2)
+    gr.Examples(examples.NEXT_SENTENCE, inputs=[a, b])
+    rand.click(callbacks.random_sentence, b, b, api_visibility="private")
+    run.click(callbacks.next_sentence(registry), [model, a, b], [prob, label, message],
+              api_name="next_sentence")
+    return status
+
+
+def _qa_tab(registry, model):
+    gr.Markdown(examples.NOTES["qa"])
+    status = gr.Markdown()
+    question = gr.Textbox(label="Question", value=examples.QUESTION_ANSWERING[0][0],
+                          elem_id="qa-question")
+    context = gr.Textbox(label="Context", lines=6, value=examples.QUESTION_ANSWERING[0][1],
+                         elem_id="qa-context")
+    top_k = gr.Slider(1, 20, value=5, step=1, label="n-best size")
+    run = gr.Button("Answer", variant="primary", elem_id="qa-run")
+    message = gr.Markdown(elem_id="qa-message")
+    with gr.Row():
+        text = gr.Textbox(label="Answer", elem_id="qa-answer", scale=3)
+        score = gr.Number(label="Score", precision=4, scale=1)
+    null = gr.Markdown(elem_id="qa-null")
+    highlight = gr.HighlightedText(label="Answer in context", color_map={"answer": "orange"},
+                                   elem_id="qa-highlight")
+    nbest = gr.Dataframe(headers=["rank", "answer", "score", "start", "end"], label="n-best",
+                         interactive=False)
+    gr.Examples(examples.QUESTION_ANSWERING, inputs=[question, context])
+    run.click(callbacks.answer(registry), [model, question, context, top_k],
+              [text, score, highlight, nbest, null, message], api_name="answer")
+    return status
+
+
+def _attention_tab(registry, model):
+    gr.Markdown(examples.NOTES["attention"])
+    status = gr.Markdown()
+    with gr.Row():
+        text = gr.Textbox(label="Text", value=examples.ATTENTION[0][0], elem_id="att-text")
+        text_b = gr.Textbox(label="Second segment (optional)", elem_id="att-text-b")
+    info = registry.models.get(_default(registry, "mlm"), {"num_layers": 1, "num_heads": 1})
+    with gr.Row():
+        layer = gr.Dropdown(label="Layer", value="1",
+                            choices=[str(n + 1) for n in range(info["num_layers"])])
+        head = gr.Dropdown(label="Head", value="mean",
+                           choices=["mean"] + [str(h + 1) for h in range(info["num_heads"])])
+    run = gr.Button("Show attention", variant="primary", elem_id="att-run")
+    message = gr.Markdown(elem_id="att-message")
+    heatmap = gr.Plot(label="Attention probabilities", format="png", elem_id="att-plot")
+    tokens = gr.Dataframe(headers=["position", "token", "id"], label="WordPiece tokens",
+                          interactive=False, elem_id="att-tokens")
+    gr.Examples(examples.ATTENTION, inputs=[text, text_b])
+    fn = callbacks.attention(registry)
+    inputs, outputs = [model, text, text_b, layer, head], [heatmap, tokens, message]
+    run.click(fn, inputs, outputs, api_name="attention")
+    for control in (layer, head):
+        control.input(fn, inputs, outputs, api_visibility="private")
+    model.change(lambda name: callbacks.attention_controls(registry, name), model, [layer, head],
+                 api_visibility="private")
+    return status
+
+
+def build_demo(registry):
+    """The playground as a `gr.Blocks` (not yet queued or launched)."""
+    with gr.Blocks(title=TITLE) as demo:
+        gr.Markdown(f"# {TITLE}\n{INTRO}")
+        model = gr.Dropdown(choices=registry.names, value=_default(registry, "mlm"),
+                            label="Model", elem_id="model")
+        statuses = {}
+        with gr.Tabs():
+            for tab, title, build in (("fill", "Fill mask", _fill_tab),
+                                      ("nsp", "Next sentence", _nsp_tab),
+                                      ("qa", "Question answering", _qa_tab),
+                                      ("attention", "Attention", _attention_tab)):
+                with gr.Tab(title, id=tab):
+                    statuses[tab] = build(registry, model)
+
+        def refresh(name):
+            return [callbacks.head_status(registry, name, tab) for tab in statuses]
+        model.change(refresh, model, list(statuses.values()), api_visibility="private")
+        demo.load(refresh, model, list(statuses.values()), api_visibility="private")
+    return demo
