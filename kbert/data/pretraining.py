@@ -30,7 +30,7 @@ import random
 
 import numpy as np
 
-from kbert.data.sentences import InputReport, read_documents
+from kbert.data.sentences import InputReport, check_inputs, read_documents
 
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
             "masked_lm_weights", "next_sentence_labels")
@@ -181,7 +181,8 @@ def serialize_instance(instance, options):
             value=[1.0] * len(instance.masked_lm_ids) + [0.0] * pad_lm)),
         "next_sentence_labels": ints([1 if instance.is_random_next else 0]),
     }
-    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString(deterministic=True)   # map order fixed across processes
 
 
 def iter_blocks(paths, input_format="auto", block_size=20000, report=None):
@@ -278,10 +279,11 @@ def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_c
     vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
     _tokenizer(vocab, lower_case)      # fails now, in one line, on a vocabulary without specials
     report = InputReport()
+    check_inputs(paths)
     blocks = iter_blocks(paths, input_format, block_size, report)
     os.makedirs(output_dir, exist_ok=True)
     totals = collections.Counter()
-    bar = tqdm(desc="documents", unit="doc", disable=not progress)
+    bar = tqdm(desc="documents", unit="doc", disable=None if progress else True)
     arguments = (vocab, lower_case, options, output_dir)
 
     def add(stats):
