@@ -1,5 +1,6 @@
 """Event handlers: `app.tasks` results turned into component values, errors into messages."""
 
+import functools
 import logging
 import random
 
@@ -15,6 +16,7 @@ TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span"}
 def _guard(fn, n_outputs):
     """Runs `fn`; a bad input or a failure becomes a warning and a message as the last output
     (the UI never shows a traceback; the server log keeps it)."""
+    @functools.wraps(fn)   # keeps the parameter names the API page shows
     def run(*args):
         try:
             return fn(*args)
@@ -43,8 +45,8 @@ def head_status(registry, name, tab):
 
 # --- callbacks -----------------------------------------------------------------------------------
 def fill_mask(registry):
-    def fill(name, text, top_k):
-        out = tasks.fill_mask(registry, name, text, top_k)
+    def fill(model, text, top_k):
+        out = tasks.fill_mask(registry, model, text, top_k)
         for note in out["notes"]:
             gr.Warning(note)
         return out["masks"], out["best"], plots.fill_mask_bars(out["masks"]), _notes(out["notes"])
@@ -52,8 +54,8 @@ def fill_mask(registry):
 
 
 def next_sentence(registry):
-    def nsp(name, a, b):
-        out = tasks.next_sentence(registry, name, a, b)
+    def nsp(model, sentence_a, sentence_b):
+        out = tasks.next_sentence(registry, model, sentence_a, sentence_b)
         for note in out["notes"]:
             gr.Warning(note)
         p = out["is_next"]
@@ -62,8 +64,8 @@ def next_sentence(registry):
 
 
 def answer(registry):
-    def qa(name, question, context, top_k):
-        out = tasks.answer(registry, name, question, context, top_k)
+    def qa(model, question, context, top_k):
+        out = tasks.answer(registry, model, question, context, top_k)
         best = out["answers"][0] if out["answers"] else {"text": "", "score": 0.0}
         if best["text"]:
             s, e = best["start"], best["end"]
@@ -82,8 +84,8 @@ def answer(registry):
 
 
 def attention(registry):
-    def attend(name, text, text_b, layer, head):
-        out = tasks.attention(registry, name, text, text_b, layer, head)
+    def attend(model, text, text_b, layer, head):
+        out = tasks.attention(registry, model, text, text_b, layer, head)
         fig = plots.attention_heatmap(out["tokens"], out["matrix"], out["layer"], out["head"])
         rows = [[i, t, d] for i, (t, d) in enumerate(zip(out["tokens"], out["ids"]))]
         return fig, rows, _notes(out["notes"])

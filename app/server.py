@@ -8,8 +8,8 @@ DEFAULT_MODELS_DIR = "saved_models"
 
 
 def add_arguments(parser):
-    parser.add_argument("--model", action="append", default=[], metavar="CKPT",
-                        help="a checkpoint directory to serve (repeatable), besides those found "
+    parser.add_argument("--model", action="extend", nargs="+", default=[], metavar="CKPT",
+                        help="checkpoint directories to serve, besides those found "
                              "in --models-dir")
     parser.add_argument("--models-dir", default=DEFAULT_MODELS_DIR,
                         help="directory whose checkpoint sub-directories are served "

@@ -25,7 +25,7 @@ def _fill_tab(registry, model):
         mask_btn = gr.Button("Mask this word", scale=1, elem_id="fill-mask-word")
         top_k = gr.Slider(1, 20, value=5, step=1, label="Top k", scale=2)
     run = gr.Button("Fill the masks", variant="primary", elem_id="fill-run")
-    message = gr.Markdown(elem_id="fill-message")
+    message = gr.Markdown(label="notice", elem_id="fill-message")
     best = gr.Textbox(label="Sentence with the best fill", elem_id="fill-best")
     chart = gr.Plot(label="Top-k per [MASK]", format="png")
     raw = gr.JSON(label="Predictions", open=False)
@@ -47,7 +47,7 @@ def _nsp_tab(registry, model):
                        scale=4)
         rand = gr.Button("Random B", scale=1, elem_id="nsp-random")
     run = gr.Button("Does B follow A?", variant="primary", elem_id="nsp-run")
-    message = gr.Markdown(elem_id="nsp-message")
+    message = gr.Markdown(label="notice", elem_id="nsp-message")
     prob = gr.Number(label="P(IsNext)", precision=4, elem_id="nsp-prob")
     label = gr.Label(label="Prediction", num_top_classes=2)
     gr.Examples(examples.NEXT_SENTENCE, inputs=[a, b])
@@ -66,11 +66,11 @@ def _qa_tab(registry, model):
                          elem_id="qa-context")
     top_k = gr.Slider(1, 20, value=5, step=1, label="n-best size")
     run = gr.Button("Answer", variant="primary", elem_id="qa-run")
-    message = gr.Markdown(elem_id="qa-message")
+    message = gr.Markdown(label="notice", elem_id="qa-message")
     with gr.Row():
         text = gr.Textbox(label="Answer", elem_id="qa-answer", scale=3)
         score = gr.Number(label="Score", precision=4, scale=1)
-    null = gr.Markdown(elem_id="qa-null")
+    null = gr.Markdown(label="no_answer", elem_id="qa-null")
     highlight = gr.HighlightedText(label="Answer in context", color_map={"answer": "orange"},
                                    elem_id="qa-highlight")
     nbest = gr.Dataframe(headers=["rank", "answer", "score", "start", "end"], label="n-best",
@@ -94,7 +94,7 @@ def _attention_tab(registry, model):
         head = gr.Dropdown(label="Head", value="mean",
                            choices=["mean"] + [str(h + 1) for h in range(info["num_heads"])])
     run = gr.Button("Show attention", variant="primary", elem_id="att-run")
-    message = gr.Markdown(elem_id="att-message")
+    message = gr.Markdown(label="notice", elem_id="att-message")
     heatmap = gr.Plot(label="Attention probabilities", format="png", elem_id="att-plot")
     tokens = gr.Dataframe(headers=["position", "token", "id"], label="WordPiece tokens",
                           interactive=False, elem_id="att-tokens")

@@ -146,11 +146,43 @@ def _run_pretrain(args):
     print(f"wrote {result.output}: {result.steps} steps in {result.wall_seconds:.0f}s")
 
 
+# --- app -----------------------------------------------------------------------------------------
+def _app_server():
+    """The playground's launcher from the source tree's `app/` (it is not part of the package)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isdir(os.path.join(root, "app")) and root not in sys.path:
+        sys.path.append(root)
+    try:
+        from app import server
+    except ModuleNotFoundError as e:
+        if e.name != "app":
+            raise
+        return None
+    return server
+
+
+def _add_app(sub):
+    p = sub.add_parser("app", help="serve the Gradio playground (127.0.0.1:7860 by default)")
+    server = _app_server()
+    if server is not None:
+        server.add_arguments(p)
+    p.set_defaults(func=_run_app)
+
+
+def _run_app(args):
+    server = _app_server()
+    if server is None:
+        raise CliError("the playground needs the source checkout's app/ directory")
+    server.serve(args.model, args.models_dir, args.host, args.port, args.share, args.concurrency,
+                 args.preload)
+
+
 # -------------------------------------------------------------------------------------------------
 def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain):
+    for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain,
+                _add_app):
         add(sub)
     return parser
 
