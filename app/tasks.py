@@ -17,6 +17,7 @@ MAX_TOP_K = 20
 MAX_CHARS = 20_000            # fill-mask / next-sentence / attention text
 MAX_CONTEXT_CHARS = 100_000   # question answering context (the pipeline slides windows over it)
 MAX_ATTENTION_TOKENS = 64     # a heatmap wider than this is unreadable
+QA_WINDOW = 384               # `answer`'s default max_seq_length
 MASK = "[MASK]"
 
 
@@ -109,11 +110,11 @@ def answer(registry, name, question, context, top_k=5):
     nbest = model.answer(question, context, top_k=MAX_TOP_K)   # the null answer may rank low
     v2 = str(registry.info(name)["span"].get("version", "")) == "2.0"
     no_answer = next((a["score"] for a in nbest if not a["text"]), None)
-    notes = []
-    n = len(model.tokenizer.encode(context))
-    if n > model.max_seq_length - 3:
-        notes.append(f"The context is {n} WordPiece tokens, longer than one window of "
-                     f"{model.max_seq_length}; the model read it in overlapping windows.")
+    notes, window = [], min(QA_WINDOW, model.max_seq_length)
+    n = len(model.tokenizer.encode(question)) + len(model.tokenizer.encode(context)) + 3
+    if n > window:
+        notes.append(f"Question and context are {n} WordPiece tokens, more than one window of "
+                     f"{window}; the model read the context in overlapping windows.")
     return {"answers": nbest[:top_k], "no_answer_score": no_answer if v2 else None,
             "v2": v2, "notes": notes}
 
