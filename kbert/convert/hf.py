@@ -1,10 +1,13 @@
-"""Hugging Face transformers BERT checkpoints (`save_pretrained` directories) → kbert.
+"""Hugging Face transformers BERT checkpoints (`save_pretrained` directories) ↔ kbert.
 
 Reads `config.json`, `model.safetensors` (or `pytorch_model.bin`, loaded with
 `weights_only=True`), `vocab.txt` (or the vocabulary inside `tokenizer.json`) and
 `tokenizer_config.json`. Handles BertModel, BertForPreTraining, BertForMaskedLM,
 BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification and
 BertForMultipleChoice, with or without the `bert.` prefix, and old `gamma`/`beta` LayerNorm names.
+
+`export_hf` writes the reverse: a directory `from_pretrained` loads into the class that holds
+the checkpoint's heads.
 """
 
 import json
@@ -192,3 +195,149 @@ def load(src):
                          + (f" and {len(unused) - 8} more" if len(unused) > 8 else ""))
     vocab = _vocab(directory)
     return config, tensors, heads, vocab, _lower_case(directory, vocab)
+
+
+# --- export: kbert → transformers `save_pretrained` layout ---------------------------------------
+# The transformers class that holds exactly a checkpoint's heads.
+_ARCHITECTURES = {
+    frozenset(): "BertModel",
+    frozenset({"mlm", "nsp"}): "BertForPreTraining",
+    frozenset({"mlm"}): "BertForMaskedLM",
+    frozenset({"nsp"}): "BertForNextSentencePrediction",
+    frozenset({"span"}): "BertForQuestionAnswering",
+    frozenset({"classifier"}): "BertForSequenceClassification",
+    frozenset({"tagger"}): "BertForTokenClassification",
+    frozenset({"choice"}): "BertForMultipleChoice",
+}
+# transformers builds these without a pooler (add_pooling_layer=False).
+_NO_POOLER = ("BertForMaskedLM", "BertForQuestionAnswering", "BertForTokenClassification")
+_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "gelu_new": "gelu_new",
+                   "relu": "relu", "tanh": "tanh", "silu": "silu"}
+_SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                   "cls_token": "[CLS]", "mask_token": "[MASK]"}
+
+
+def config_to_hf(config, architecture, head_options):
+    """A transformers `BertConfig` dict for a kbert config and its heads."""
+    hf = {"architectures": [architecture], "model_type": "bert",
+          "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+          "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
+          "intermediate_size": config.intermediate_size,
+          "hidden_act": _HF_ACTIVATIONS[config.hidden_act],
+          "hidden_dropout_prob": config.dropout,
+          "attention_probs_dropout_prob": config.attention_dropout,
+          "max_position_embeddings": config.max_position_embeddings,
+          "type_vocab_size": config.type_vocab_size,
+          "initializer_range": config.initializer_range,
+          "layer_norm_eps": config.layer_norm_epsilon, "pad_token_id": 0,
+          "position_embedding_type": "absolute", "tie_word_embeddings": True}
+    for name in ("classifier", "tagger"):
+        labels = head_options.get(name, {}).get("labels")
+        if labels:
+            hf["id2label"] = {str(i): label for i, label in enumerate(labels)}
+            hf["label2id"] = {label: i for i, label in enumerate(labels)}
+        if head_options.get(name, {}).get("problem") == "regression":
+            hf["problem_type"] = "regression"
+    return hf
+
+
+def to_state_dict(tensors, config, heads, prefix="bert.", pooler=True):
+    """{transformers name: array} from kbert checkpoint keys (the inverse of
+    `convert_state_dict`); the tied MLM decoder is left to transformers to re-tie."""
+    out = {}
+
+    def dense(dst, src):
+        out[f"{dst}.weight"] = tensors[f"{src}/kernel"].T              # [in, out] → [out, in]
+        out[f"{dst}.bias"] = tensors[f"{src}/bias"]
+
+    def norm(dst, src):
+        out[f"{dst}.weight"] = tensors[f"{src}/gamma"]
+        out[f"{dst}.bias"] = tensors[f"{src}/beta"]
+
+    b, p = "backbone/", prefix
+    out[p + "embeddings.word_embeddings.weight"] = tensors[
+        b + "embeddings/word_embeddings/embeddings"]
+    out[p + "embeddings.position_embeddings.weight"] = tensors[
+        b + "embeddings/position_embeddings"]
+    out[p + "embeddings.token_type_embeddings.weight"] = tensors[
+        b + "embeddings/token_type_embeddings/embeddings"]
+    norm(p + "embeddings.LayerNorm", b + "embeddings/layer_norm")
+    for i in range(config.num_layers):
+        src, dst = f"{b}layer_{i}/", f"{p}encoder.layer.{i}."
+        kernels = np.split(tensors[src + "qkv/kernel"], 3, axis=1)      # [H, 3H] → 3 × [H, H]
+        biases = np.split(tensors[src + "qkv/bias"], 3)
+        for name, kernel, bias in zip(("query", "key", "value"), kernels, biases):
+            out[f"{dst}attention.self.{name}.weight"] = kernel.T
+            out[f"{dst}attention.self.{name}.bias"] = bias
+        dense(dst + "attention.output.dense", src + "attention_output")
+        norm(dst + "attention.output.LayerNorm", src + "attention_layer_norm")
+        dense(dst + "intermediate.dense", src + "intermediate")
+        dense(dst + "output.dense", src + "output")
+        norm(dst + "output.LayerNorm", src + "output_layer_norm")
+    if pooler:
+        dense(p + "pooler.dense", b + "pooler/dense")
+    if "mlm" in heads:
+        dense("cls.predictions.transform.dense", "mlm/transform")
+        norm("cls.predictions.transform.LayerNorm", "mlm/layer_norm")
+        out["cls.predictions.bias"] = tensors["mlm/output_bias"]
+    if "nsp" in heads:
+        dense("cls.seq_relationship", "nsp/dense")
+    if "span" in heads:
+        dense("qa_outputs", "span/dense")
+    for name in ("classifier", "tagger", "choice"):
+        if name in heads:
+            dense("classifier", f"{name}/dense")
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def export_hf(ckpt, output):
+    """Writes a loaded kbert `Checkpoint` as a transformers `save_pretrained` directory.
+
+    The class (in config.json's `architectures`) follows the heads: BertForPreTraining for
+    mlm + nsp, BertForMaskedLM, BertForNextSentencePrediction, BertForQuestionAnswering,
+    BertForSequenceClassification, BertForTokenClassification, BertForMultipleChoice, or
+    BertModel without heads. Writes `config.json`, `model.safetensors`, `vocab.txt`,
+    `tokenizer_config.json` and `special_tokens_map.json`.
+    """
+    import warnings
+
+    from safetensors.numpy import save_file
+
+    from kbert.checkpoint import named_variables
+
+    heads = frozenset(ckpt.heads)
+    if heads not in _ARCHITECTURES:
+        raise ValueError(f"transformers has no BERT class with the heads {', '.join(sorted(heads))}"
+                         f" together; export a checkpoint with one task head (or mlm + nsp)")
+    architecture = _ARCHITECTURES[heads]
+    c = ckpt.config
+    if c.hidden_act not in _HF_ACTIVATIONS:
+        raise ValueError(f"hidden_act {c.hidden_act!r} has no transformers equivalent")
+    mlm = ckpt.head_options.get("mlm", {})
+    if "mlm" in heads and (mlm.get("hidden_act", c.hidden_act) != c.hidden_act
+                           or mlm.get("layer_norm_epsilon", c.layer_norm_epsilon)
+                           != c.layer_norm_epsilon):
+        warnings.warn("transformers' MLM transform uses the encoder's activation and LayerNorm "
+                      f"epsilon; this checkpoint's MLM head has its own ({mlm}), so the exported "
+                      "MLM logits differ slightly")
+    tensors = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=np.float32)
+               for k, v in named_variables(ckpt.backbone, ckpt.heads).items()}
+    state = to_state_dict(tensors, c, heads, prefix="" if architecture == "BertModel" else "bert.",
+                          pooler=architecture not in _NO_POOLER)
+    os.makedirs(output, exist_ok=True)
+    save_file(state, os.path.join(output, "model.safetensors"), metadata={"format": "pt"})
+    files = {
+        "config.json": config_to_hf(c, architecture, ckpt.head_options),
+        "tokenizer_config.json": {"tokenizer_class": "BertTokenizer",
+                                  "do_lower_case": bool(ckpt.do_lower_case),
+                                  "strip_accents": None, "tokenize_chinese_chars": True,
+                                  "model_max_length": c.max_position_embeddings,
+                                  **_SPECIAL_TOKENS},
+        "special_tokens_map.json": _SPECIAL_TOKENS}
+    for name, content in files.items():
+        with open(os.path.join(output, name), "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+            f.write("\n")
+    with open(os.path.join(output, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(ckpt.vocab) + "\n")
+    return output
