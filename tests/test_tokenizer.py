@@ -160,3 +160,17 @@ def test_whole_corpus_parity(tok, hf, shared_data):
     rate = 1 - len(different) / len(sentences)
     print(f"parity {rate:.4%} on {len(sentences)} sentences, {seconds:.1f} s")
     assert rate >= 0.999, different[:10]
+
+
+def test_build_vocab_cli(tmp_path, capsys):
+    from kbert import cli
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("The quick brown fox jumps over the lazy dog. It was late.\n")
+    out = tmp_path / "vocab.txt"
+    assert cli.main(["build-vocab", "--input", str(corpus), "--vocab-size", "150",
+                     "--output", str(out), "--num-unused", "0"]) == 0
+    assert out.read_text().splitlines()[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert cli.main(["build-vocab", "--input", str(tmp_path / "nope.txt"), "--vocab-size",
+                     "150", "--output", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.txt" in err[0]

@@ -290,20 +290,22 @@ def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_c
         totals.update(stats)
         bar.update(stats["documents"])
         totals["shards"] += 1
-    if workers <= 1:
-        for index, block in enumerate(blocks):
-            add(write_block(index, block, *arguments)[1])
-    else:
-        import multiprocessing
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            pending = collections.deque()
+    try:
+        if workers <= 1:
             for index, block in enumerate(blocks):
-                pending.append(pool.apply_async(write_block, (index, block) + arguments))
-                while len(pending) >= 2 * workers:      # bounded: memory stays flat
+                add(write_block(index, block, *arguments)[1])
+        else:
+            import multiprocessing
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+                pending = collections.deque()
+                for index, block in enumerate(blocks):
+                    pending.append(pool.apply_async(write_block, (index, block) + arguments))
+                    while len(pending) >= 2 * workers:      # bounded: memory stays flat
+                        add(pending.popleft().get()[1])
+                while pending:
                     add(pending.popleft().get()[1])
-            while pending:
-                add(pending.popleft().get()[1])
-    bar.close()
+    finally:
+        bar.close()
     totals["replaced_bytes"] = sum(report.replaced.values())
     totals.report = report
     if not totals["instances"]:
