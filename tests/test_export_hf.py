@@ -132,3 +132,17 @@ def test_unsupported_head_combination(tmp_path):
     ckpt = _checkpoint(str(tmp_path / "kbert"), {"mlm": {}, "span": {}})
     with pytest.raises(ValueError, match="no BERT class with the heads mlm, span"):
         export("hf", ckpt, str(tmp_path / "hf"))
+
+
+def test_cli_export_and_direction_flags(tmp_path, capsys):
+    from kbert.cli import main
+
+    _checkpoint(str(tmp_path / "kbert"), {"mlm": {}, "nsp": {}})
+    assert main(["convert", "--to", "hf", str(tmp_path / "kbert"),
+                 "--output", str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
+    assert main(["convert", "--to", "onnx", str(tmp_path / "kbert"),
+                 "--output", str(tmp_path / "x")]) == 1
+    assert "unknown export format 'onnx'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # --from and --to are mutually exclusive
+        main(["convert", "--from", "hf", "--to", "hf", "a", "--output", "b"])
