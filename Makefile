@@ -17,12 +17,22 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 install: $(VENV)/.installed
 
+# Debian's Chromium for the playground's browser test (Playwright drives it; no browser download).
+# Best effort: without apt or root the test skips and everything else still runs.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+	  { $(SUDO) apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { $(SUDO) apt-get update -q >/dev/null 2>&1 && \
+	      $(SUDO) apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; }; } || \
+	  echo "chromium not installed: the playground's browser test will be skipped"
+
 app: $(VENV)/.installed
 	$(PY) -m app
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed browser
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 tests
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 -m multibackend tests
 	KERAS_BACKEND=torch $(PY) -m pytest -q -n 2 -m multibackend tests
 
-.PHONY: install app test
+.PHONY: install browser app test

@@ -20,6 +20,7 @@ def _fill_tab(registry, model):
     status = gr.Markdown()
     text = gr.Textbox(label="Text with [MASK]", lines=2, value=examples.FILL_MASK[0][0],
                       elem_id="fill-text")
+    gr.Examples(examples.FILL_MASK, inputs=[text])
     with gr.Row():
         word = gr.Dropdown(label="Word to mask", choices=[], elem_id="fill-word", scale=3)
         mask_btn = gr.Button("Mask this word", scale=1, elem_id="fill-mask-word")
@@ -28,8 +29,8 @@ def _fill_tab(registry, model):
     message = gr.Markdown(label="notice", elem_id="fill-message")
     best = gr.Textbox(label="Sentence with the best fill", elem_id="fill-best")
     chart = gr.Plot(label="Top-k per [MASK]", format="png")
-    raw = gr.JSON(label="Predictions", open=False)
-    gr.Examples(examples.FILL_MASK, inputs=[text])
+    with gr.Accordion("Raw predictions", open=False):
+        raw = gr.JSON(label="Predictions")
     fn = callbacks.fill_mask(registry)
     run.click(fn, [model, text, top_k], [raw, best, chart, message], api_name="fill_mask")
     text.submit(fn, [model, text, top_k], [raw, best, chart, message], api_visibility="private")
@@ -46,11 +47,11 @@ def _nsp_tab(registry, model):
         b = gr.Textbox(label="Sentence B", value=examples.NEXT_SENTENCE[0][1], elem_id="nsp-b",
                        scale=4)
         rand = gr.Button("Random B", scale=1, elem_id="nsp-random")
+    gr.Examples(examples.NEXT_SENTENCE, inputs=[a, b])
     run = gr.Button("Does B follow A?", variant="primary", elem_id="nsp-run")
     message = gr.Markdown(label="notice", elem_id="nsp-message")
     prob = gr.Number(label="P(IsNext)", precision=4, elem_id="nsp-prob")
     label = gr.Label(label="Prediction", num_top_classes=2)
-    gr.Examples(examples.NEXT_SENTENCE, inputs=[a, b])
     rand.click(callbacks.random_sentence, b, b, api_visibility="private")
     run.click(callbacks.next_sentence(registry), [model, a, b], [prob, label, message],
               api_name="next_sentence")
@@ -64,6 +65,7 @@ def _qa_tab(registry, model):
                           elem_id="qa-question")
     context = gr.Textbox(label="Context", lines=6, value=examples.QUESTION_ANSWERING[0][1],
                          elem_id="qa-context")
+    gr.Examples(examples.QUESTION_ANSWERING, inputs=[question, context])
     top_k = gr.Slider(1, 20, value=5, step=1, label="n-best size")
     run = gr.Button("Answer", variant="primary", elem_id="qa-run")
     message = gr.Markdown(label="notice", elem_id="qa-message")
@@ -75,7 +77,6 @@ def _qa_tab(registry, model):
                                    elem_id="qa-highlight")
     nbest = gr.Dataframe(headers=["rank", "answer", "score", "start", "end"], label="n-best",
                          interactive=False)
-    gr.Examples(examples.QUESTION_ANSWERING, inputs=[question, context])
     run.click(callbacks.answer(registry), [model, question, context, top_k],
               [text, score, highlight, nbest, null, message], api_name="answer")
     return status
@@ -88,6 +89,7 @@ def _attention_tab(registry, model):
         text = gr.Textbox(label="Text", value=examples.ATTENTION[0][0], elem_id="att-text")
         text_b = gr.Textbox(label="Second segment (optional)", elem_id="att-text-b")
     info = registry.models.get(_default(registry, "mlm"), {"num_layers": 1, "num_heads": 1})
+    gr.Examples(examples.ATTENTION, inputs=[text, text_b])
     with gr.Row():
         layer = gr.Dropdown(label="Layer", value="1",
                             choices=[str(n + 1) for n in range(info["num_layers"])])
@@ -95,10 +97,11 @@ def _attention_tab(registry, model):
                            choices=["mean"] + [str(h + 1) for h in range(info["num_heads"])])
     run = gr.Button("Show attention", variant="primary", elem_id="att-run")
     message = gr.Markdown(label="notice", elem_id="att-message")
-    heatmap = gr.Plot(label="Attention probabilities", format="png", elem_id="att-plot")
-    tokens = gr.Dataframe(headers=["position", "token", "id"], label="WordPiece tokens",
-                          interactive=False, elem_id="att-tokens")
-    gr.Examples(examples.ATTENTION, inputs=[text, text_b])
+    with gr.Row():
+        heatmap = gr.Plot(label="Attention probabilities", format="png", elem_id="att-plot",
+                          scale=3)
+        tokens = gr.Dataframe(headers=["position", "token", "id"], label="WordPiece tokens",
+                              interactive=False, elem_id="att-tokens", scale=1, max_height=640)
     fn = callbacks.attention(registry)
     inputs, outputs = [model, text, text_b, layer, head], [heatmap, tokens, message]
     run.click(fn, inputs, outputs, api_name="attention")

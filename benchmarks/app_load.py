@@ -1,0 +1,80 @@
+"""Load test of the playground: N concurrent `/fill_mask` requests over loopback.
+
+    python benchmarks/app_load.py                       # starts the app on saved_models/
+    python benchmarks/app_load.py --model CKPT          # ... on a given checkpoint
+    python benchmarks/app_load.py --url http://127.0.0.1:7860/ --model-name NAME
+
+Every request must succeed (a result, no warning); prints p50/p95 latency and throughput.
+"""
+
+import argparse
+import concurrent.futures
+import os
+import socket
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+SENTENCES = ["The capital of France is [MASK].", "The man went to the [MASK].",
+             "She poured the [MASK] into a cup.", "Doctors work in a [MASK].",
+             "The [MASK] sat on the [MASK]."]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", help="a running app (default: start one here)")
+    p.add_argument("--model", action="append", default=[], help="checkpoint to serve")
+    p.add_argument("--model-name", help="the model picker's name (default: first with MLM)")
+    p.add_argument("--requests", type=int, default=50)
+    p.add_argument("--concurrency", type=int, default=2, help="the app's concurrency limit")
+    args = p.parse_args()
+
+    from gradio_client import Client
+    demo, name, url = None, args.model_name, args.url
+    if url is None:
+        from app import server
+        port = _free_port()
+        demo, registry = server.serve(args.model, port=port, concurrency=args.concurrency,
+                                      preload=True, block=False)
+        name = name or (registry.with_head("mlm") or [None])[0]
+        if name is None:
+            sys.exit("no checkpoint with an MLM head: pass --model CKPT")
+        url = f"http://127.0.0.1:{port}/"
+
+    client = Client(url, verbose=False)   # one client, as a web page is one; it is thread-safe
+
+    def request(i):
+        start = time.perf_counter()
+        masks, best, _, notice = client.predict(name, SENTENCES[i % len(SENTENCES)], 5,
+                                                api_name="/fill_mask")
+        elapsed = time.perf_counter() - start
+        if not masks or notice.startswith("⚠️"):
+            raise RuntimeError(f"request {i} failed: {notice}")
+        return elapsed
+
+    single = min(request(0) for _ in range(3))   # warm-up; the first call builds the graph
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(args.requests) as pool:
+        latencies = sorted(pool.map(request, range(args.requests)))
+    wall = time.perf_counter() - start
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
+    print(f"{args.requests} concurrent /fill_mask requests on {name}: all succeeded")
+    print(f"latency p50 {q[49] * 1000:.0f} ms, p95 {q[94] * 1000:.0f} ms, "
+          f"max {latencies[-1] * 1000:.0f} ms; throughput {args.requests / wall:.1f} req/s "
+          f"({wall:.1f} s wall, {os.cpu_count()} CPUs); one request alone {single * 1000:.0f} ms")
+    if demo is not None:
+        demo.close()
+
+
+if __name__ == "__main__":
+    main()
