@@ -10,7 +10,8 @@ from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, N
                          SpanHead, TokenClassificationHead)
 from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
 from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
-                          BertQuestionAnswerer, BertTokenClassifier, pretraining_targets)
+                          BertQuestionAnswerer, BertTokenClassifier)
+from kbert.data.inputs import pretraining_targets
 from kbert.pipeline import Bert, load
 
 __version__ = "0.1.0"

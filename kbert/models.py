@@ -132,7 +132,8 @@ class BertPretrainer(_TaskModel):
     Inputs: `input_ids`, `segment_ids`, `input_mask`, `masked_lm_positions` [B, P].
     Outputs: `mlm_logits` [B, P, V] (only at the masked positions) and `nsp_logits` [B, 2].
     `compile()` defaults to the paper's loss: mean cross-entropy over the real predictions
-    (weighted by `masked_lm_weights`) plus the NSP cross-entropy; see `pretraining_targets`.
+    (weighted by `masked_lm_weights`) plus the NSP cross-entropy; see
+    `kbert.data.inputs.pretraining_targets`.
 
     Example:
     >>> model = BertPretrainer(BertConfig.preset("tiny", vocab_size=100))
@@ -176,20 +177,6 @@ class BertPretrainer(_TaskModel):
     def from_config(cls, config):
         config = dict(config)
         return cls(BertBackbone(config.pop("backbone")), **config)
-
-
-def pretraining_targets(features):
-    """Splits an original-BERT feature dict into the (x, y, sample_weight) `fit` expects.
-
-    Runs inside `tf.data` (on every backend), so it uses TensorFlow ops.
-    """
-    import tensorflow as tf
-
-    x = {k: features[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
-    y = {"mlm_logits": features["masked_lm_ids"], "nsp_logits": features["next_sentence_labels"]}
-    weights = {"mlm_logits": features["masked_lm_weights"],
-               "nsp_logits": tf.ones_like(tf.cast(features["next_sentence_labels"], tf.float32))}
-    return x, y, weights
 
 
 class _SingleHeadModel(_TaskModel):

@@ -27,7 +27,8 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert.config import BertConfig
-from kbert.models import BertPretrainer, pretraining_targets
+from kbert.data.inputs import pretraining_targets
+from kbert.models import BertPretrainer
 from kbert.optimization import batches_seen, create_optimizer, inner_optimizer
 
 STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel")
