@@ -2,6 +2,10 @@
 concurrent requests cannot draw into each other's figures)."""
 
 
+def _label(token):
+    return token.replace("$", r"\$")   # a literal dollar, not matplotlib math
+
+
 def _figure(width, height):
     from matplotlib.figure import Figure
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
@@ -12,7 +16,7 @@ def fill_mask_bars(masks):
     fig = _figure(6.4, 0.35 + 0.32 * sum(len(r) + 1 for r in masks))
     axes = fig.subplots(len(masks), 1, squeeze=False)[:, 0]
     for i, (ax, ranked) in enumerate(zip(axes, masks)):
-        tokens = [r["token"] for r in ranked][::-1]
+        tokens = [_label(r["token"]) for r in ranked][::-1]
         scores = [r["score"] for r in ranked][::-1]
         bars = ax.barh(range(len(tokens)), scores, color="#f97316")
         ax.set_yticks(range(len(tokens)), tokens)
@@ -31,7 +35,7 @@ def attention_heatmap(tokens, matrix, layer, head):
     fig = _figure(size + 1.0, size)
     ax = fig.subplots()
     image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(float(matrix.max()), 1e-6))
-    ticks = range(len(tokens))
+    ticks, tokens = range(len(tokens)), [_label(t) for t in tokens]
     font = 9 if len(tokens) <= 24 else 7 if len(tokens) <= 40 else 5
     ax.set_xticks(ticks, tokens, rotation=90, fontsize=font)
     ax.set_yticks(ticks, tokens, fontsize=font)

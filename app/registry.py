@@ -29,10 +29,14 @@ def describe(path):
     if not isinstance(raw, dict) or "hidden_size" not in raw:
         return None
     heads = raw.get("heads") or {}
-    return {"path": os.path.abspath(path), "heads": sorted(heads),
-            "num_layers": int(raw.get("num_layers", 1)), "num_heads": int(raw.get("num_heads", 1)),
-            "max_len": int(raw.get("max_position_embeddings", 512)),
-            "span": dict(heads.get("span") or {})}
+    try:
+        return {"path": os.path.abspath(path), "heads": sorted(heads),
+                "num_layers": int(raw.get("num_layers", 1)),
+                "num_heads": int(raw.get("num_heads", 1)),
+                "max_len": int(raw.get("max_position_embeddings", 512)),
+                "span": dict(heads.get("span") or {})}
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def discover(models_dir="saved_models", extra=()):
@@ -100,5 +104,9 @@ class Registry:
         with self._locks[name]:
             if name not in self._loaded:
                 import kbert  # heavy (Keras, TensorFlow): imported on first use only
-                self._loaded[name] = kbert.load(self.models[name]["path"])
+                try:
+                    self._loaded[name] = kbert.load(self.models[name]["path"])
+                except (OSError, ValueError) as e:   # kbert's CheckpointError is a ValueError
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise InputError(f"Could not load the model '{name}': {first}") from None
             return self._loaded[name]

@@ -51,7 +51,8 @@ def served(tmp_path_factory):
     if not any("span" in i["heads"] for i in shipped.values()):
         extra.append(_tiny(tmp / "tiny-squad2", "span", span={"version": "2.0"}))
     port = _free_port()
-    demo, registry = server.serve(extra, REPO / "saved_models", port=port, block=False)
+    demo, registry = server.serve(extra, REPO / "saved_models", port=port, preload=True,
+                                  block=False)
     names = {head: registry.with_head(head)[0] for head in ("mlm", "nsp", "span")}
     yield f"http://127.0.0.1:{port}/", names, registry
     demo.close()
@@ -152,6 +153,16 @@ def test_attention_api(served, client):
     assert rows[0][1] == "[CLS]" and rows[-1][1] == "[SEP]" and plot["plot"]
 
 
+def test_an_unloadable_checkpoint_is_a_message(tmp_path):
+    from app.registry import InputError, Registry, discover
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text('{"hidden_size": 8, "heads": {"mlm": {}}}')
+    registry = Registry(discover(tmp_path))
+    assert registry.names == ["broken"] and registry.with_head("mlm") == ["broken"]
+    with pytest.raises(InputError, match="Could not load the model 'broken'"):
+        registry.get("broken")
+
+
 def test_defaults_bind_loopback_without_share_and_import_is_light():
     from app import server
     args = server.add_arguments(argparse.ArgumentParser()).parse_args([])
@@ -178,6 +189,7 @@ def test_tabs_in_a_headless_browser(served):
     url, names, registry = served
     ARTIFACTS.mkdir(exist_ok=True)
     expect = sync_api.expect
+    expect.set_options(timeout=30_000)   # a slow shared CI machine, not a slow app
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
