@@ -76,6 +76,9 @@ def test_masked_lm_and_classifier_presets_match(tmp_path):
     mlm.save_to_preset(str(tmp_path / "mlm"))
     ckpt = convert("keras-hub", str(tmp_path / "mlm"), str(tmp_path / "k1"))
     assert set(ckpt.heads) == {"mlm"}
+    weights_only = convert("keras-hub", str(tmp_path / "mlm" / "model.weights.h5"),
+                           str(tmp_path / "k0"))
+    assert weights_only.heads == {}  # the backbone's weight file: no task head
     assert ckpt.head_options["mlm"] == {"hidden_act": "gelu", "layer_norm_epsilon": 1e-5}
     x = random_inputs(3, 16, VOCAB)
     ref = mlm(_kh_inputs(x, POSITIONS))

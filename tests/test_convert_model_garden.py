@@ -96,6 +96,17 @@ def test_pretrainer_matches(tmp_path):
     assert max(diffs.values()) < TOL, diffs
 
 
+def test_nsp_head_with_its_own_pooler_is_left_out(tmp_path):
+    model, _, _ = _pretrainer()
+    x = random_inputs(2, 12, VOCAB)
+    model({**_mg_inputs(x), "masked_lm_positions": np.array([[1], [2]], "int32")})
+    _perturb(model)  # the NSP head's dense now differs from the encoder's pooler
+    src = _save(tmp_path / "mg", model=model)
+    with pytest.warns(UserWarning, match="has its own pooler"):
+        ckpt = convert("model-garden", src, str(tmp_path / "kbert"))
+    assert set(ckpt.heads) == {"mlm"}
+
+
 def test_checkpoint_items_and_config_file(tmp_path):
     model, encoder, _ = _pretrainer(mlm_activation=None)  # a linear MLM transform
     x = random_inputs(2, 12, VOCAB)

@@ -70,7 +70,7 @@ def read_options(directory):
     node = raw if isinstance(raw, dict) else {}
     node = node.get("task", node)
     node = node.get("model", node)
-    mlm_activation = node.get("mlm_activation", "") if "mlm_activation" in node else ""
+    mlm_activation = node.get("mlm_activation", "")  # "" unsaid; None (YAML null) linear
     node = node.get("encoder", node)
     if "type" in node:
         if node["type"] != "bert":
