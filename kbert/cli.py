@@ -161,6 +161,91 @@ def _run_pretrain(args):
     print(f"wrote {result.output}: {result.steps} steps in {result.wall_seconds:.0f}s")
 
 
+# --- finetune / evaluate -------------------------------------------------------------------------
+def _task_names():
+    from kbert.finetune_tasks import TASKS
+    return TASKS
+
+
+def _add_finetune(sub):
+    p = sub.add_parser("finetune", help="fine-tune a checkpoint on a GLUE, SQuAD, CoNLL-2003 or "
+                                        "SWAG task, keeping the best dev epoch")
+    p.add_argument("task", metavar="TASK", choices=_task_names(), help=" ".join(_task_names()))
+    p.add_argument("--init", required=True, help="the checkpoint to start from")
+    p.add_argument("--train", required=True, help="the training file")
+    p.add_argument("--dev", required=True, help="the dev file scored after each epoch")
+    p.add_argument("--output", required=True, help="the checkpoint directory to write")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--learning-rate", type=float, default=3e-5, help="peak learning rate")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--warmup", type=float, default=0.1, help="fraction of updates warming up")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tune-null-threshold", action="store_true",
+                   help="squad2: store the null-score threshold with the best dev F1")
+    p.add_argument("--max-train-examples", type=int, help="train on the first N examples only")
+    p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
+                   help="XLA compilation of the train step")
+    p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
+    p.set_defaults(func=_run_finetune)
+
+
+def _run_finetune(args):
+    import json
+    from kbert import finetuning
+    result = finetuning.finetune(
+        args.task, args.init, args.train, args.dev, args.output, epochs=args.epochs,
+        learning_rate=args.learning_rate, batch_size=args.batch_size, warmup=args.warmup,
+        max_seq_length=args.max_seq_length, seed=args.seed, weight_decay=args.weight_decay,
+        tune_null_threshold=args.tune_null_threshold,
+        jit_compile={"auto": "auto", "on": True, "off": False}[args.jit_compile],
+        save_dtype=args.save_dtype, max_train_examples=args.max_train_examples)
+    print(f"wrote {result.output}: best epoch {result.best_epoch} of {args.epochs} "
+          f"({result.train_examples} training examples, {result.wall_seconds:.0f}s)")
+    print(json.dumps(result.best_scores))
+
+
+def _add_evaluate(sub):
+    p = sub.add_parser("evaluate", help="score a fine-tuned checkpoint on a task's file (prints "
+                                        "one JSON object)")
+    p.add_argument("task", metavar="TASK", choices=_task_names(), help=" ".join(_task_names()))
+    p.add_argument("--model", required=True, help="the fine-tuned checkpoint")
+    p.add_argument("--data", required=True, help="the file to score")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
+    p.set_defaults(func=_run_evaluate)
+
+
+def _run_evaluate(args):
+    import json
+    from kbert import finetuning
+    scores = finetuning.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
+                                 max_seq_length=args.max_seq_length)
+    print(json.dumps(scores))
+
+
+# --- export --------------------------------------------------------------------------------------
+def _add_export(sub):
+    p = sub.add_parser("export", help="write a TF Serving SavedModel (raw-string signatures)")
+    p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint directory")
+    p.add_argument("--output", required=True, help="model base directory; writes OUTPUT/VERSION/")
+    p.add_argument("--version", type=int, default=1, help="version sub-directory (default 1)")
+    p.add_argument("--signatures", nargs="+", metavar="NAME",
+                   help="string signatures to write (default: all the heads allow)")
+    p.add_argument("--top-k", type=int, default=5, help="fillers per mask / answers per question")
+    p.add_argument("--max-masks", type=int, default=5, help="[MASK]s answered per text")
+    p.set_defaults(func=_run_export)
+
+
+def _run_export(args):
+    from kbert import export
+    options = export.ExportOptions(top_k=args.top_k, max_masks=args.max_masks)
+    path = export.export(args.checkpoint, args.output, version=args.version,
+                         signatures=args.signatures, options=options)
+    print(f"wrote {path}: signatures {', '.join(export.list_signatures(path))}")
+
+
 # --- app -----------------------------------------------------------------------------------------
 def _app_server():
     """The playground's launcher from the source tree's `app/` (it is not part of the package)."""
@@ -197,7 +282,7 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain,
-                _add_app):
+                _add_finetune, _add_evaluate, _add_app):
         add(sub)
     return parser
 

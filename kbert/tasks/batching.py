@@ -46,17 +46,22 @@ def length_batches(lengths, batch_size, bucket=True, shuffle=False, seed=0, pool
     return out
 
 
-def batches(features, batch_size, bucket=True, shuffle=False, seed=0, pool=50):
-    """Yields (indices, batch) with every sequence array cut to the batch's longest row."""
+def batches(features, batch_size, bucket=True, shuffle=False, seed=0, pool=50, multiple=1):
+    """Yields (indices, batch) with every sequence array cut to the batch's longest row.
+
+    `multiple` rounds each batch's width up (to at most the arrays' width), so a compiled
+    step (XLA, JAX) sees a few shapes instead of one per length.
+    """
     lengths = sequence_lengths(features)
+    full = np.shape(features[SEQUENCE_KEYS_OF])[-1]
     for index in length_batches(lengths, batch_size, bucket, shuffle, seed, pool):
-        width = int(lengths[index].max())
+        width = min(-(-int(lengths[index].max()) // multiple) * multiple, full)
         yield index, {k: (np.asarray(v)[index][..., :width] if _is_sequence(features, k)
                           else np.asarray(v)[index]) for k, v in features.items()}
 
 
 def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True,
-               shuffle=False, seed=0, pool=50):
+               shuffle=False, seed=0, pool=50, multiple=1):
     """A `tf.data.Dataset` of `(inputs, labels[, weights])` batches with per-batch padding.
 
     Args:
@@ -64,6 +69,7 @@ def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True
         label_keys: the label arrays' keys; one key gives a bare array, several a dict.
         weight_key: a per-example or per-token sample-weight array (e.g. NER's).
         shuffle: a new order each epoch (seeded by `seed` + epoch).
+        multiple: round each batch's width up to a multiple of this (see `batches`).
     """
     import tensorflow as tf
 
@@ -87,9 +93,11 @@ def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True
 
     def generate():
         epoch[0] += 1
-        for _, batch in batches(features, batch_size, bucket, shuffle, seed + epoch[0], pool):
+        for _, batch in batches(features, batch_size, bucket, shuffle, seed + epoch[0], pool,
+                                multiple):
             yield pack(batch)
 
     signature = {k: spec(k) for k in features}
-    return tf.data.Dataset.from_generator(
-        generate, output_signature=pack(signature)).prefetch(tf.data.AUTOTUNE)
+    count = len(length_batches(sequence_lengths(features), batch_size))
+    return tf.data.Dataset.from_generator(generate, output_signature=pack(signature)).apply(
+        tf.data.experimental.assert_cardinality(count)).prefetch(tf.data.AUTOTUNE)
