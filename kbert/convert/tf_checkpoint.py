@@ -64,7 +64,7 @@ class CheckpointReader:
         self._raw_names = {}
         self.shapes = {}
         for raw_name, shape in raw.items():
-            name = raw_name[:-len(_OBJECT_SUFFIX)] if raw_name.endswith(_OBJECT_SUFFIX) else raw_name
+            name = raw_name.removesuffix(_OBJECT_SUFFIX)
             self._raw_names[name] = raw_name
             self.shapes[name] = tuple(shape)
 
