@@ -153,6 +153,23 @@ def test_attention_api(served, client):
     assert rows[0][1] == "[CLS]" and rows[-1][1] == "[SEP]" and plot["plot"]
 
 
+@pytest.mark.multibackend
+def test_every_tab_runs_on_this_backend(tmp_path):
+    from app import tasks
+    from app.registry import Registry, discover
+    _tiny(tmp_path / "mlm", "mlm")
+    _tiny(tmp_path / "qa", "span")
+    registry = Registry(discover(tmp_path))
+    masks = tasks.fill_mask(registry, "mlm", "the [MASK] sat on the [MASK] .", 3)["masks"]
+    assert [len(r) for r in masks] == [3, 3]
+    assert 0 <= tasks.next_sentence(registry, "mlm", "a dog .", "a cat .")["is_next"] <= 1
+    best = tasks.answer(registry, "qa", "who ?", "the man went to the store .", 2)["answers"]
+    assert len(best) == 2
+    out = tasks.attention(registry, "qa", "the man went", "he sat", "2", "1")
+    assert out["matrix"].shape == (len(out["tokens"]),) * 2
+    assert abs(out["matrix"].sum(-1) - 1).max() < 1e-4   # each row a distribution
+
+
 def test_an_unloadable_checkpoint_is_a_message(tmp_path):
     from app.registry import InputError, Registry, discover
     (tmp_path / "broken").mkdir()
