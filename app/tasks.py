@@ -74,6 +74,8 @@ def fill_mask(registry, name, text, top_k=5):
     text = _text(text, "The text")
     ids = model.tokenizer.encode(text)
     n_masks = ids.count(model.tokenizer.mask_id)
+    if n_masks == 0 and MASK.lower() in text.lower():
+        raise InputError("Write [MASK] in capital letters: '[mask]' is read as ordinary text.")
     if n_masks == 0:
         raise InputError("The text has no [MASK]. Write [MASK] where a word is missing, or pick "
                          "a word below and press 'Mask this word'.")
