@@ -2,7 +2,7 @@
 
 import gradio as gr
 
-from app import callbacks, examples
+from app import callbacks, examples, tasks
 
 TITLE = "kbert playground"
 INTRO = ("BERT (Devlin et al., 2018) pre-trains a Transformer encoder on two tasks — masked "
@@ -22,7 +22,8 @@ def _fill_tab(registry, model):
                       elem_id="fill-text")
     gr.Examples(examples.FILL_MASK, inputs=[text])
     with gr.Row():
-        word = gr.Dropdown(label="Word to mask", choices=[], elem_id="fill-word", scale=3)
+        word = gr.Dropdown(label="Word to mask", choices=tasks.words(text.value), value=None,
+                           elem_id="fill-word", scale=3)
         mask_btn = gr.Button("Mask this word", scale=1, elem_id="fill-mask-word")
         top_k = gr.Slider(1, 20, value=5, step=1, label="Top k", scale=2)
     run = gr.Button("Fill the masks", variant="primary", elem_id="fill-run")
