@@ -110,7 +110,7 @@ def test_answer_api(served, client):
     if registry.info(names["span"])["span"].get("version") == "2.0":
         assert null.startswith("No-answer score")
     if _shipped(registry, names["span"]):
-        assert "Paris" in text
+        assert "Paris" in text or "Champ de Mars" in text
     long_context = " ".join([EIFFEL] * 60)   # far past one window: read in windows
     out = client.predict(names["span"], "When was it built?", long_context, 3, api_name="/answer")
     assert "overlapping windows" in out[-1] and out[0]
@@ -141,6 +141,8 @@ def test_long_and_unicode_inputs(served, client):
 def test_a_model_without_the_head_is_named(served, client):
     _, names, registry = served
     lacking = next((n for n in registry.names if "span" not in registry.info(n)["heads"]), None)
+    if lacking is None:
+        pytest.skip("every checkpoint has a span head")
     out = client.predict(lacking, "Who?", EIFFEL, 3, api_name="/answer")
     assert out[0] is None and f"'{lacking}' has no span" in out[-1]
 
