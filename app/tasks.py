@@ -15,7 +15,7 @@ from app.registry import InputError
 MAX_MASKS = 10
 MAX_TOP_K = 20
 MAX_CHARS = 20_000            # fill-mask / next-sentence / attention text
-MAX_CONTEXT_CHARS = 100_000   # question answering context (the pipeline slides windows over it)
+MAX_CONTEXT_CHARS = 50_000    # question answering context (the pipeline slides windows over it)
 MAX_ATTENTION_TOKENS = 64     # a heatmap wider than this is unreadable
 QA_WINDOW = 384               # `answer`'s default max_seq_length
 MASK = "[MASK]"
