@@ -225,6 +225,27 @@ def _run_evaluate(args):
     print(json.dumps(scores))
 
 
+# --- export --------------------------------------------------------------------------------------
+def _add_export(sub):
+    p = sub.add_parser("export", help="write a TF Serving SavedModel (raw-string signatures)")
+    p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint directory")
+    p.add_argument("--output", required=True, help="model base directory; writes OUTPUT/VERSION/")
+    p.add_argument("--version", type=int, default=1, help="version sub-directory (default 1)")
+    p.add_argument("--signatures", nargs="+", metavar="NAME",
+                   help="string signatures to write (default: all the heads allow)")
+    p.add_argument("--top-k", type=int, default=5, help="fillers per mask / answers per question")
+    p.add_argument("--max-masks", type=int, default=5, help="[MASK]s answered per text")
+    p.set_defaults(func=_run_export)
+
+
+def _run_export(args):
+    from kbert import export
+    options = export.ExportOptions(top_k=args.top_k, max_masks=args.max_masks)
+    path = export.export(args.checkpoint, args.output, version=args.version,
+                         signatures=args.signatures, options=options)
+    print(f"wrote {path}: signatures {', '.join(export.list_signatures(path))}")
+
+
 # --- app -----------------------------------------------------------------------------------------
 def _app_server():
     """The playground's launcher from the source tree's `app/` (it is not part of the package)."""
@@ -261,7 +282,7 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain,
-                _add_finetune, _add_evaluate, _add_app):
+                _add_finetune, _add_evaluate, _add_export, _add_app):
         add(sub)
     return parser
 

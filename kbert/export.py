@@ -139,13 +139,21 @@ def _export_in_subprocess(checkpoint_dir, output, version, signatures, options):
 
 def graph_ops(saved_model_dir):
     """{op name} used anywhere in a SavedModel: its graph and every function in its library."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
-        model = saved_model_pb2.SavedModel.FromString(f.read())
     ops = set()
-    for meta in model.meta_graphs:
+    for meta in _saved_model_proto(saved_model_dir).meta_graphs:
         ops.update(node.op for node in meta.graph_def.node)
         for function in meta.graph_def.library.function:
             ops.update(node.op for node in function.node_def)
     return ops
+
+
+def _saved_model_proto(saved_model_dir):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        return saved_model_pb2.SavedModel.FromString(f.read())
+
+
+def list_signatures(saved_model_dir):
+    """The signature names of a written SavedModel."""
+    return sorted(_saved_model_proto(saved_model_dir).meta_graphs[0].signature_def)
