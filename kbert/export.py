@@ -156,4 +156,5 @@ def _saved_model_proto(saved_model_dir):
 
 def list_signatures(saved_model_dir):
     """The signature names of a written SavedModel."""
-    return sorted(_saved_model_proto(saved_model_dir).meta_graphs[0].signature_def)
+    names = _saved_model_proto(saved_model_dir).meta_graphs[0].signature_def
+    return sorted(n for n in names if not n.startswith("__"))

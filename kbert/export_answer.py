@@ -41,14 +41,17 @@ def windows(special, question, context, max_seq_length, doc_stride, max_query_le
     return features, example, index, start, length, count, b_index
 
 
-def run_in_chunks(fn, features, chunk):
-    """fn(features) → (start, end) logits [N, T], `chunk` rows at a time (bounded memory)."""
+def run_in_chunks(fn, features, max_chunk):
+    """fn(features) → (start, end) logits [N, T], in equal chunks of at most `max_chunk` rows
+    (bounded memory; no padding rows beyond the last chunk's remainder)."""
     n = tf.shape(features["input_ids"])[0]
     width = tf.shape(features["input_ids"])[1]
-    pad = (chunk - n % chunk) % chunk
-    split = {k: tf.reshape(tf.pad(v, [[0, pad], [0, 0]]), [-1, chunk, width])
+    chunks = tf.maximum((n + max_chunk - 1) // max_chunk, 1)
+    chunk = tf.maximum((n + chunks - 1) // chunks, 1)
+    pad = chunks * chunk - n
+    split = {k: tf.reshape(tf.pad(v, [[0, pad], [0, 0]]), [chunks, chunk, width])
              for k, v in features.items()}                                      # [C, chunk, T]
-    spec = tf.TensorSpec([chunk, None], tf.float32)
+    spec = tf.TensorSpec([None, None], tf.float32)
     start, end = tf.map_fn(fn, split, fn_output_signature=(spec, spec))
     return tf.reshape(start, [-1, width])[:n], tf.reshape(end, [-1, width])[:n]
 
