@@ -20,6 +20,7 @@ Example:
 import dataclasses
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -225,8 +226,10 @@ def finetune(task, init, train, dev, output, epochs=3, learning_rate=3e-5, batch
 
     keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
     fit_started = time.perf_counter()
-    model.fit(dataset, epochs=epochs, callbacks=[keeper],
-              verbose=2 if verbose is True else verbose)
+    with warnings.catch_warnings():   # span and tagger heads leave the pooler unused
+        warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
+        model.fit(dataset, epochs=epochs, callbacks=[keeper], shuffle=False,
+                  verbose=2 if verbose is True else verbose)
     return FinetuneResult(os.path.abspath(output), spec.metric, keeper.best_epoch,
                           keeper.best_scores, keeper.history, spec.size(train_set),
                           time.perf_counter() - fit_started, time.perf_counter() - started)
