@@ -58,7 +58,8 @@ def _checkpoints(args, workdir):
     """(mlm checkpoint, squad checkpoint): the shipped ones, or MiniLM with fresh heads."""
     from kbert import checkpoint, convert
 
-    shipped = [os.path.join(REPO, "saved_models", n) for n in ("minilm-l6-mlm-nsp", "minilm-l6-squad")]
+    shipped = [os.path.join(REPO, "saved_models", n)
+               for n in ("minilm-l6-mlm-nsp", "minilm-l6-squad")]
     mlm, squad = args.mlm or shipped[0], args.squad or shipped[1]
     if os.path.isdir(mlm) and os.path.isdir(squad):
         return mlm, squad, "shipped checkpoints"
