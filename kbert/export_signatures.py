@@ -13,8 +13,6 @@ from kbert.export_graph import (char_offset, chunk_tables, cut, group_entities, 
                                 pack)
 from kbert.tokenizer import Tokenizer
 
-STRING = tf.TensorSpec([None], tf.string)
-IDS = tf.TensorSpec([None, None], tf.int32)
 INPUTS = {
     "fill_mask": ("text",), "next_sentence": ("sentence_a", "sentence_b"),
     "answer": ("question", "context"), "classify": ("text",),
@@ -40,12 +38,11 @@ class Signatures:
 
     def concrete(self, name):
         """The concrete function of signature `name` (a string one or `<task>_ids`)."""
+        fn = getattr(self, name)
         if name.endswith("_ids"):
-            fn = getattr(self, name)
             specs = [tf.TensorSpec([None, None], tf.int32, name=n)
                      for n in ("input_ids", "segment_ids", "input_mask")]
         else:
-            fn = getattr(self, name)
             specs = [tf.TensorSpec([None], tf.string, name=n) for n in INPUTS[name]]
         return tf.function(fn, autograph=False).get_concrete_function(*specs)
 
