@@ -53,6 +53,37 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "warmup_steps": self.warmup_steps, "end_learning_rate": self.end_learning_rate}
 
 
+class _ClipAcrossReplicas:
+    """Clips the global norm of the gradient summed over replicas (Keras clips each replica's
+    own part under a `tf.distribute` strategy, which changes the update with the device count).
+
+    Under a strategy the gradients are summed, clipped, and handed on divided by the replica
+    count, so the sum Keras takes next gives back the clipped global gradient.
+    """
+
+    def _clip_gradients(self, grads):
+        if keras.backend.backend() == "tensorflow" and self.global_clipnorm:
+            import tensorflow as tf
+            context = tf.distribute.get_replica_context()
+            replicas = context.num_replicas_in_sync if context is not None else 1
+            if replicas > 1:
+                grads = [tf.convert_to_tensor(g) for g in grads]
+                grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+                grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
+                return [g / replicas for g in grads]
+        return super()._clip_gradients(grads)
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class AdamW(_ClipAcrossReplicas, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` whose global-norm clipping is the same on any number of devices."""
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class Lamb(_ClipAcrossReplicas, keras.optimizers.Lamb):
+    """`keras.optimizers.Lamb` whose global-norm clipping is the same on any number of devices."""
+
+
 def create_optimizer(name="adamw", learning_rate=1e-4, total_steps=1_000_000, warmup_steps=10_000,
                      weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                      global_clipnorm=1.0, gradient_accumulation_steps=None, loss_scale=False):
@@ -70,7 +101,7 @@ def create_optimizer(name="adamw", learning_rate=1e-4, total_steps=1_000_000, wa
     if gradient_accumulation_steps is not None and gradient_accumulation_steps <= 1:
         gradient_accumulation_steps = None
     schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps)
-    cls = keras.optimizers.AdamW if name == "adamw" else keras.optimizers.Lamb
+    cls = AdamW if name == "adamw" else Lamb
     optimizer = cls(learning_rate=schedule, weight_decay=weight_decay, beta_1=beta_1,
                     beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm,
                     gradient_accumulation_steps=gradient_accumulation_steps)

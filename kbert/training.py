@@ -69,10 +69,12 @@ class Distribution:
         if self.strategy is None:
             return make_stream().map(pretraining_targets)
 
+        stream = make_stream()                  # built here: the same seeds as one device
+
         def per_pipeline(context):
             size = global_batch_size // context.num_input_pipelines
             start = context.input_pipeline_id * size
-            ds = make_stream().map(lambda f: {k: v[start:start + size] for k, v in f.items()})
+            ds = stream.map(lambda f: {k: v[start:start + size] for k, v in f.items()})
             ds = ds.rebatch(context.get_per_replica_batch_size(global_batch_size))
             return ds.map(pretraining_targets)
         return self.strategy.distribute_datasets_from_function(per_pipeline)
@@ -139,15 +141,18 @@ class TrainingMetrics(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         now = time.perf_counter()
-        if self._last is not None:
+        if self._last is not None and batch is not None:
             rate = self.batch_size / max(now - self._last, 1e-9)
             self._rate = rate if self._rate is None else 0.9 * self._rate + 0.1 * rate
-        self._last = now
+        self._last = now if batch is not None else self._last
         if logs is not None:
             optimizer = inner_optimizer(self.model.optimizer)
             logs["learning_rate"] = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
             if self._rate is not None:
                 logs["examples_per_second"] = self._rate
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.on_train_batch_end(None, logs)
 
 
 class StopAfter(keras.callbacks.Callback):
@@ -179,6 +184,11 @@ class Backup(keras.callbacks.BackupAndRestore):
         """Loads the last backup into `model` (compiled); returns the batches already seen."""
         self.set_model(model)
         super().on_train_begin()
+        rng_path = self._weights_path + ".rng.npz"
+        if os.path.exists(self._weights_path) and os.path.exists(rng_path):
+            states = np.load(rng_path)
+            for i, generator in enumerate(_seed_generators(model)):
+                generator.state.assign(states[f"s{i}"])
         return batches_seen(model.optimizer)
 
     def on_train_begin(self, logs=None):
@@ -200,7 +210,22 @@ class Backup(keras.callbacks.BackupAndRestore):
             os.replace(self._weights_path, self._prev_weights_path)
         tmp = self._weights_path[:-len(".weights.h5")] + ".tmp.weights.h5"
         self.model.save_weights(tmp, overwrite=True)
+        states = {f"s{i}": keras.ops.convert_to_numpy(g.state.value)
+                  for i, g in enumerate(_seed_generators(self.model))}
+        np.savez(tmp + ".rng.npz", **states)        # dropout's random state, for exact resumes
+        os.replace(tmp + ".rng.npz", self._weights_path + ".rng.npz")
         os.replace(tmp, self._weights_path)
+
+
+def _seed_generators(model):
+    """The model's `keras.random.SeedGenerator`s (dropout), in a fixed order."""
+    found, seen = [], set()
+    for layer in model._flatten_layers(include_self=True):
+        for generator in getattr(layer, "_seed_generators", []):
+            if id(generator) not in seen:
+                seen.add(id(generator))
+                found.append(generator)
+    return found
 
 
 @contextlib.contextmanager
@@ -288,7 +313,7 @@ def pretrain(data, output=None, config=None, init=None, vocab=None, batch_size=3
              mixed_precision=None, jit_compile="auto", checkpoint_every=1000, accumulate=1,
              dynamic_masking=False, phase_steps=None, seed=0, strategy="auto", tpu=None,
              backup_dir=None, log_dir=None, save_dtype="float32", verbose="auto",
-             model_card=None, shuffle_buffer=10000):
+             model_card=None, shuffle_buffer=10000, callbacks=()):
     """Pretrains (MLM + NSP) and writes a kbert checkpoint directory to `output`.
 
     Args:
@@ -321,10 +346,10 @@ def pretrain(data, output=None, config=None, init=None, vocab=None, batch_size=3
     if mixed_precision not in MIXED_PRECISION:
         raise ValueError(f"unknown mixed precision policy {mixed_precision!r}")
     micro_batch = batch_size // accumulate
+    dist = select_distribution(strategy, tpu)   # first: collective ops need a fresh runtime
     shapes = [inputs.shard_shapes(inputs.shard_files(str(d))) for d in datas]
 
     keras.utils.set_random_seed(seed)
-    dist = select_distribution(strategy, tpu)
     with dist.scope():
         model, vocab, do_lower_case = build_pretrainer(config, init, vocab, dtype=mixed_precision)
         model({"input_ids": np.ones((1, 4), "int32"),                      # builds the model
@@ -348,7 +373,7 @@ def pretrain(data, output=None, config=None, init=None, vocab=None, batch_size=3
     if dynamic_masking:
         from kbert.data.inputs import DynamicMasking
         masking = DynamicMasking(vocab, shapes[0][1])
-    callbacks = [TrainingMetrics(batch_size), StopAfter(0), backup]
+    callbacks = [TrainingMetrics(batch_size), StopAfter(0), backup, *callbacks]
     if log_dir:
         callbacks.append(keras.callbacks.TensorBoard(log_dir, update_freq=max(1, checkpoint_every // 10)))
     history, end = {}, 0
@@ -415,7 +440,7 @@ def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
     {'mlm_accuracy': 0.55, 'nsp_accuracy': 0.9, 'mlm_loss': 2.4, 'nsp_loss': 0.25, 'examples': 1553}
     """
     from kbert.data import inputs
-    if model.optimizer is None or not model.compiled:
+    if not getattr(model, "compiled", False):
         model.compile()
     ds = inputs.pretraining_dataset(str(data), batch_size, is_training=False)
     ds = ds.map(pretraining_targets)

@@ -77,13 +77,23 @@ def pretraining_dataset(data, batch_size, is_training=True, input_context=None, 
                              f"{input_context.num_input_pipelines} input pipelines")
         ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if is_training:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    if is_training and seed is None:
+        ds = ds.shuffle(len(files), reshuffle_each_iteration=True).repeat()
+    elif is_training:
+        # Seeded: every iterator yields the same stream (pass e shuffles the files with seed
+        # (seed, e)), so a resumed run or a distributed one can skip to a position.
+        names = tf.constant(list(ds.as_numpy_iterator()))
+
+        def shuffled_files(e):
+            order = tf.argsort(tf.random.stateless_uniform(
+                [len(files)], tf.stack([tf.constant(seed, tf.int64), e])))
+            return tf.data.Dataset.from_tensor_slices(tf.gather(names, order))
+        ds = tf.data.Dataset.range(2 ** 62).flat_map(shuffled_files)
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(files)),
                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=seed is not None
                        or not is_training)
     if is_training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed)
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=seed is None)
     ds = ds.batch(batch_size, drop_remainder=is_training)
 
     def parse(records):

@@ -1,0 +1,211 @@
+"""Time one pretraining step (MLM + NSP, forward + backward + AdamW update) side by side.
+
+kbert on each Keras backend, HF `BertForPreTraining` (PyTorch) and keras-hub `BertMaskedLM`, each
+in its own process, on the same shapes (batch 32, 128 tokens, 20 predictions, vocab 30,522).
+On a GPU every implementation runs in bfloat16 (kbert: `mixed_bfloat16` + XLA on TF/JAX).
+
+MFU = achieved FLOP/s ÷ a matmul peak measured in this run (the best of float32 numpy and torch
+matmuls on CPU, bf16 torch on GPU). FLOPs per step, the 6·params·tokens rule, counted as:
+    6 · (encoder matmul weights, without embeddings) · B·T                 dense layers
+  + 6 · (H·V) · B·P                                                        tied MLM decoder, P positions
+  + 12 · L · T · H · B·T                                                   attention scores + context
+(kbert and keras-hub score the P masked positions only; HF scores all T positions, which is more
+work that this count does not credit.)
+
+    python benchmarks/pretrain_step.py                       # mini and base, everything
+    python benchmarks/pretrain_step.py --configs mini --steps 5 --backends jax
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+SHAPES = {"mini": (4, 256, 4), "base": (12, 768, 12)}
+VOCAB = 30522
+
+
+def flops_per_step(config, batch, seq, preds):
+    layers, hidden, _ = SHAPES[config]
+    dense = layers * (4 * hidden * hidden + 2 * hidden * 4 * hidden) + 2 * hidden * hidden
+    return (6 * dense * batch * seq + 6 * hidden * VOCAB * batch * preds
+            + 12 * layers * seq * hidden * batch * seq)
+
+
+def _inputs(batch, seq, preds, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, VOCAB, (batch, seq)).astype("int32")
+    positions = np.sort(rng.choice(np.arange(1, seq), (batch, preds)), axis=1).astype("int32")
+    return dict(input_ids=ids, segment_ids=(np.arange(seq)[None] >= seq // 2).repeat(batch, 0)
+                .astype("int32"), input_mask=np.ones((batch, seq), "int32"),
+                masked_lm_positions=positions,
+                masked_lm_ids=rng.integers(1000, VOCAB, (batch, preds)).astype("int32"),
+                next_sentence_labels=rng.integers(0, 2, (batch, 1)).astype("int32"))
+
+
+def _time(step, warmup, steps):
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+def _gpu():
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def run_kbert(config, batch, seq, preds, warmup, steps):
+    import keras
+    import kbert
+    from kbert.optimization import create_optimizer
+    gpu = _gpu()
+    if gpu:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    layers, hidden, heads = SHAPES[config]
+    cfg = kbert.BertConfig(num_layers=layers, hidden_size=hidden, num_heads=heads,
+                           intermediate_size=4 * hidden)
+    model = kbert.BertPretrainer(cfg)
+    jit = keras.backend.backend() != "torch"
+    model.compile(create_optimizer(total_steps=1000, warmup_steps=10), jit_compile=jit)
+    f = _inputs(batch, seq, preds)
+    x = {k: f[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
+    y = {"mlm_logits": f["masked_lm_ids"], "nsp_logits": f["next_sentence_labels"]}
+    w = {"mlm_logits": np.ones((batch, preds), "float32"), "nsp_logits": np.ones(batch, "float32")}
+    return _time(lambda: model.train_on_batch(x, y, w), warmup, steps)
+
+
+def run_keras_hub(config, batch, seq, preds, warmup, steps):
+    import keras
+    import keras_hub
+    if _gpu():
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    layers, hidden, heads = SHAPES[config]
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=VOCAB, num_layers=layers, num_heads=heads, hidden_dim=hidden,
+        intermediate_dim=4 * hidden, max_sequence_length=512)
+    model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4, epsilon=1e-6, global_clipnorm=1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=keras.backend.backend() != "torch")
+    f = _inputs(batch, seq, preds)
+    x = {"token_ids": f["input_ids"], "segment_ids": f["segment_ids"],
+         "padding_mask": f["input_mask"].astype(bool), "mask_positions": f["masked_lm_positions"]}
+    return _time(lambda: model.train_on_batch(x, f["masked_lm_ids"]), warmup, steps)
+
+
+def run_hf(config, batch, seq, preds, warmup, steps):
+    import torch
+    import transformers
+    layers, hidden, heads = SHAPES[config]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
+                                  num_attention_heads=heads, intermediate_size=4 * hidden)
+    model = transformers.BertForPreTraining(cfg).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01)
+    f = _inputs(batch, seq, preds)
+    labels = np.full((batch, seq), -100, "int64")
+    np.put_along_axis(labels, f["masked_lm_positions"].astype("int64"), f["masked_lm_ids"], 1)
+    t = {k: torch.as_tensor(v, dtype=torch.long, device=device) for k, v in dict(
+        input_ids=f["input_ids"], token_type_ids=f["segment_ids"],
+        attention_mask=f["input_mask"], labels=labels,
+        next_sentence_label=f["next_sentence_labels"][:, 0]).items()}
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
+
+    def step():
+        with autocast:
+            loss = model(**t).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return _time(step, warmup, steps)
+
+
+def matmul_peak(n=2048, repeats=5):
+    """FLOP/s of the best large matmul this machine does (float32 CPU, bf16 GPU)."""
+    import torch
+    best = 0.0
+    if torch.cuda.is_available():
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            a @ a
+            torch.cuda.synchronize()
+            best = max(best, 2 * 8192 ** 3 / (time.perf_counter() - start))
+        return best
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    ta = torch.from_numpy(a)
+    for mm in (lambda: a @ a, lambda: ta @ ta):
+        for _ in range(repeats):
+            start = time.perf_counter()
+            mm()
+            best = max(best, 2 * n ** 3 / (time.perf_counter() - start))
+    return best
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", nargs="+", default=["mini", "base"], choices=sorted(SHAPES))
+    p.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--preds", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--skip", nargs="*", default=[], help="hf and/or keras-hub")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    shape = (args.batch, args.seq, args.preds, args.warmup, args.steps)
+    if args.worker:
+        impl, config = args.worker.split(":")
+        run = {"kbert": run_kbert, "keras-hub": run_keras_hub, "hf": run_hf}[impl]
+        print("RESULT", json.dumps({"seconds": run(config, *shape)}))
+        return
+
+    peak = matmul_peak()
+    print(f"matmul peak measured: {peak / 1e9:.1f} GFLOP/s "
+          f"({'GPU bf16' if _gpu() else 'CPU float32'})")
+    jobs = [("kbert", b) for b in args.backends]
+    jobs += [] if "keras-hub" in args.skip else [("keras-hub", b) for b in args.backends]
+    jobs += [] if "hf" in args.skip else [("hf", "torch")]
+    here = os.path.dirname(os.path.abspath(__file__))
+    for config in args.configs:
+        rows = {}
+        for impl, backend in jobs:
+            env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
+                       PYTHONPATH=os.path.dirname(here))
+            cmd = [sys.executable, __file__, "--worker", f"{impl}:{config}", "--batch",
+                   str(args.batch), "--seq", str(args.seq), "--preds", str(args.preds),
+                   "--warmup", str(args.warmup), "--steps", str(args.steps)]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                print(f"{config} {impl}/{backend}: failed: {out.stderr.strip()[-300:]}")
+                continue
+            rows[f"{impl}/{backend}"] = json.loads(line[-1][7:])["seconds"]
+        flops = flops_per_step(config, args.batch, args.seq, args.preds)
+        hf = rows.get("hf/torch")
+        print(f"\n{config}: batch {args.batch}, seq {args.seq}, {args.preds} predictions, "
+              f"{flops / 1e9:.0f} GFLOP/step")
+        print(f"{'implementation':<22}{'step ms':>10}{'examples/s':>12}{'vs HF':>8}{'MFU':>8}")
+        for name, seconds in sorted(rows.items(), key=lambda kv: kv[1]):
+            ratio = f"{hf / seconds:.2f}x" if hf else "-"
+            print(f"{name:<22}{seconds * 1e3:>10.0f}{args.batch / seconds:>12.1f}{ratio:>8}"
+                  f"{flops / seconds / peak:>8.1%}")
+
+
+if __name__ == "__main__":
+    main()
