@@ -107,11 +107,10 @@ def select_distribution(kind="auto", tpu=None):
         return Distribution("default")
 
     import tensorflow as tf
-    gpus = tf.config.list_logical_devices("GPU")
-    if kind == "auto":
-        kind = ("tpu" if tpu or os.environ.get("TPU_NAME") else
+    if kind == "auto":                          # TPU and TF_CONFIG first: listing devices
+        kind = ("tpu" if tpu or os.environ.get("TPU_NAME") else          # starts the runtime
                 "multi-worker" if os.environ.get("TF_CONFIG") else
-                "mirrored" if len(gpus) > 1 else "default")
+                "mirrored" if len(tf.config.list_logical_devices("GPU")) > 1 else "default")
     if kind == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)
@@ -120,7 +119,7 @@ def select_distribution(kind="auto", tpu=None):
     elif kind == "multi-worker":
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     elif kind == "mirrored":
-        devices = gpus or tf.config.list_logical_devices("CPU")
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
     else:
         return Distribution("default")
@@ -389,6 +388,19 @@ def pretrain(data, output=None, config=None, init=None, vocab=None, batch_size=3
                     str(d), micro_batch, seed=seed, dynamic_masking=masking,
                     shuffle_buffer=shuffle_buffer).skip(skip)
             callbacks[1].total_batches = end
+            if dist.kind == "multi-worker" and not hasattr(model, "_kbert_step"):
+                # Keras averages the per-replica logs with axis=0, which scalars lack.
+                import tensorflow as tf
+                model._kbert_step = model.train_step
+                model.train_step = lambda data: {
+                    k: tf.reshape(v, [1]) for k, v in model._kbert_step(data).items()}
+            if dist.strategy is not None:
+                # Keras builds metrics from a batch it reduces across replicas (failing under
+                # MultiWorkerMirroredStrategy); hand it a local batch instead.
+                sample = next(iter(stream().take(1).map(pretraining_targets)))
+                model._maybe_symbolic_build = (
+                    lambda iterator=None, data_batch=None, build=model._maybe_symbolic_build,
+                    sample=sample: build(data_batch=sample))
             per_epoch = checkpoint_every * accumulate
             first_epoch = seen // per_epoch
             fit = model.fit(dist.dataset(stream, micro_batch), steps_per_epoch=per_epoch,
