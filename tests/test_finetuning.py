@@ -260,3 +260,13 @@ def test_unknown_task_is_refused(capsys):
     with pytest.raises(SystemExit) as e:
         _cli("evaluate", "imdb", "--model", "m", "--data", "d")
     assert e.value.code == 2 and "imdb" in capsys.readouterr().err
+
+
+def test_finetune_cli_ends_with_the_best_scores(tiny_init, keyword_files, tmp_path, capsys):
+    out = str(tmp_path / "cli")
+    rc = _cli("finetune", "sst2", "--init", tiny_init, "--train", keyword_files[0], "--dev",
+              keyword_files[1], "--output", out, "--epochs", "1", "--batch-size", "16",
+              "--max-seq-length", "32", "--jit-compile", "off")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0 and set(json.loads(lines[-1])) == {"accuracy"}
+    assert json.load(open(os.path.join(out, "config.json")))["heads"]["classifier"]
