@@ -7,7 +7,17 @@ in kbert's checkpoint keys; `convert()` turns that into a checkpoint directory. 
 """
 
 import importlib
+import json
 import os
+
+
+def read_json(path):
+    """A JSON file's content; broken JSON is one line naming the file."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 SOURCES = {
     "hf": "kbert.convert.hf",

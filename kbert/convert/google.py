@@ -18,13 +18,12 @@ error that lists it. modeling.py's `gelu` is the tanh approximation, so a `"gelu
 becomes kbert's `gelu_approximate`.
 """
 
-import json
 import os
 
 import numpy as np
 
 from kbert.config import BertConfig
-from kbert.convert import guess_lower_case, read_vocab_file, shown
+from kbert.convert import guess_lower_case, read_json, read_vocab_file, shown
 from kbert.convert.tf_checkpoint import CheckpointReader, find_checkpoint
 
 CONFIG_FILE = "bert_config.json"
@@ -44,11 +43,7 @@ def read_config(path):
     """BertConfig from a google-research `bert_config.json`."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{os.path.dirname(path) or '.'}: missing {CONFIG_FILE}")
-    with open(path, encoding="utf-8") as f:
-        try:
-            raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+    raw = read_json(path)
     foreign = [k for k in _NOT_BERT if k in raw and raw.get(k) != "bert"]
     if foreign:
         raise ValueError(f"{path}: not a BERT config (it has {', '.join(foreign)})")

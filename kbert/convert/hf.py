@@ -16,16 +16,9 @@ import os
 import numpy as np
 
 from kbert.config import BertConfig
+from kbert.convert import read_json
 
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-
-
-def _read_json(path):
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
 def config_from_hf(hf):
@@ -64,7 +57,7 @@ def _vocab(directory):
         return read_vocab(path)
     path = os.path.join(directory, "tokenizer.json")
     if os.path.isfile(path):
-        table = _read_json(path)["model"]["vocab"]
+        table = read_json(path)["model"]["vocab"]
         return [t for t, _ in sorted(table.items(), key=lambda item: item[1])]
     raise FileNotFoundError(f"{directory}: no vocab.txt or tokenizer.json")
 
@@ -72,7 +65,7 @@ def _vocab(directory):
 def _lower_case(directory, vocab):
     path = os.path.join(directory, "tokenizer_config.json")
     if os.path.isfile(path):
-        value = _read_json(path).get("do_lower_case")
+        value = read_json(path).get("do_lower_case")
         if value is not None:
             return bool(value)
     # An uncased vocabulary has no capitalised whole words.
@@ -178,7 +171,7 @@ def load(src):
     config_path = os.path.join(directory, "config.json")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{directory}: missing config.json")
-    hf = _read_json(config_path)
+    hf = read_json(config_path)
     config = config_from_hf(hf)
     if os.path.isdir(src):
         found = [f for f in _WEIGHT_FILES if os.path.isfile(os.path.join(src, f))]

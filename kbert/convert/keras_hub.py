@@ -17,26 +17,17 @@ outputs slightly (~1e-3); a warning says so. Heads keras-hub has no class for ar
 warning.
 """
 
-import json
 import os
 import warnings
 
 import numpy as np
 
 from kbert.config import BertConfig
-from kbert.convert import guess_lower_case, read_vocab_file
+from kbert.convert import guess_lower_case, read_json, read_vocab_file
 
 _TASKS = {"BertMaskedLM": "mlm", "BertTextClassifier": "classifier"}
 _KH_LAYER_NORM_EPSILON = 1e-12
 _KH_ACTIVATION = "gelu_approximate"
-
-
-def _read_json(path):
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
 def _to_numpy(variable):
@@ -110,13 +101,13 @@ def _load_model(directory, src):
     config_path = os.path.join(directory, "config.json")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{directory}: missing config.json (not a keras-hub preset)")
-    cls = _read_json(config_path).get("class_name")
+    cls = read_json(config_path).get("class_name")
     if cls != "BertBackbone":
         raise ValueError(f"{config_path}: not a keras-hub BERT preset (its backbone is {cls!r})")
     task_path = os.path.join(directory, "task.json")
     want_task = os.path.basename(src) != "model.weights.h5" and os.path.isfile(task_path)
     if want_task:
-        task_cls = _read_json(task_path).get("class_name")
+        task_cls = read_json(task_path).get("class_name")
         if task_cls not in _TASKS:
             raise ValueError(f"{task_path}: task {task_cls!r} is not supported; expected one of "
                              f"{', '.join(_TASKS)}")
@@ -153,7 +144,7 @@ def load(src):
                                                       for d in layers])
     vocab = read_vocab_file(os.path.join(directory, "assets", "tokenizer", "vocabulary.txt"))
     tokenizer_path = os.path.join(directory, "tokenizer.json")
-    lower = (_read_json(tokenizer_path).get("config", {}).get("lowercase")
+    lower = (read_json(tokenizer_path).get("config", {}).get("lowercase")
              if os.path.isfile(tokenizer_path) else None)
     if lower is None:
         lower = guess_lower_case(vocab, directory)
