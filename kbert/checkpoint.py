@@ -186,6 +186,7 @@ def save(directory, model=None, vocab=None, do_lower_case=True, head_options=Non
         if card:
             with open(os.path.join(tmp, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
                 f.write(card)
+        _default_permissions(tmp)   # mkdtemp makes 0700; a checkpoint is an ordinary directory
         if os.path.isdir(directory):
             old = directory + ".old"
             shutil.rmtree(old, ignore_errors=True)
@@ -198,6 +199,14 @@ def save(directory, model=None, vocab=None, do_lower_case=True, head_options=Non
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def _default_permissions(directory):
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+    for name in os.listdir(directory):
+        os.chmod(os.path.join(directory, name), 0o666 & ~umask)
 
 
 def _read_config(directory):

@@ -106,6 +106,10 @@ def test_save_replaces_atomically(tmp_path):
         checkpoint.save(tmp_path / "ckpt", model, vocab=VOCAB[:-1])
     assert checkpoint.load(tmp_path / "ckpt").heads.keys() == {"mlm", "nsp"}  # old one intact
     assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tmp_path / "ckpt").st_mode & 0o777 == 0o777 & ~umask
+    assert os.stat(tmp_path / "ckpt" / "vocab.txt").st_mode & 0o777 == 0o666 & ~umask
 
 
 def _cli(*args):
