@@ -5,7 +5,13 @@
     m.fill_mask("The man went to the [MASK].")
 """
 
-from kbert.config import PRESETS, BertConfig
+import os
+
+# TensorFlow's C++ start-up chatter (CUDA probing, CPU flags) drowns the CLI's output; a value
+# the user sets still wins.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from kbert.config import PRESETS, BertConfig  # noqa: E402
 from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
                          SpanHead, TokenClassificationHead)
 from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
