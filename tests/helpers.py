@@ -52,3 +52,26 @@ def random_inputs(batch, seq_len, vocab_size, seed=0, pair=True):
         if pair:
             segments[i, length // 2:length] = 1
     return {"input_ids": ids, "segment_ids": segments, "input_mask": mask}
+
+
+def torch_inputs(x):
+    """kbert feature dict → the keyword arguments of a transformers BERT model."""
+    import torch
+    return dict(input_ids=torch.tensor(x["input_ids"], dtype=torch.long),
+                token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
+                attention_mask=torch.tensor(x["input_mask"], dtype=torch.long))
+
+
+def _to_numpy(value):
+    if hasattr(value, "detach"):                       # a torch tensor from the reference model
+        return value.detach().cpu().numpy()
+    from keras import ops
+    return np.asarray(ops.convert_to_numpy(value))
+
+
+def max_abs_diff(ours, ref, mask=None):
+    """Largest absolute difference, over the real tokens only when `mask` [B, T] is given."""
+    ours, ref = _to_numpy(ours), _to_numpy(ref)
+    if mask is not None:
+        ours, ref = ours[mask.astype(bool)], ref[mask.astype(bool)]
+    return float(np.abs(ours - ref).max())

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from keras import ops
 
 from kbert.convert import convert
-from tests.helpers import random_inputs, tiny_vocab, write_vocab
+from tests.helpers import max_abs_diff, random_inputs, tiny_vocab, torch_inputs, write_vocab
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4
@@ -110,19 +109,6 @@ def _write(hf, directory, **kwargs):
                                    _google_config(hf), tiny_vocab(VOCAB), **kwargs)
 
 
-def _torch(x):
-    return dict(input_ids=torch.tensor(x["input_ids"], dtype=torch.long),
-                token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
-                attention_mask=torch.tensor(x["input_mask"], dtype=torch.long))
-
-
-def _diff(ours, ref, mask=None):
-    ours, ref = np.asarray(ops.convert_to_numpy(ours)), ref.detach().numpy()
-    if mask is not None:
-        ours, ref = ours[mask.astype(bool)], ref[mask.astype(bool)]
-    return float(np.abs(ours - ref).max())
-
-
 def test_pretraining_checkpoint_matches(tmp_path):
     hf = _hf_model(transformers.BertForPreTraining)
     src = _write(hf, tmp_path / "uncased_L-2_H-32_A-4")
@@ -132,15 +118,15 @@ def test_pretraining_checkpoint_matches(tmp_path):
     x = random_inputs(3, 16, VOCAB)
     positions = np.array([[1, 4, 7], [2, 3, 5], [1, 2, 6]], "int32")
     with torch.no_grad():
-        ref = hf(**_torch(x))
-        base = hf.bert(**_torch(x))
+        ref = hf(**torch_inputs(x))
+        base = hf.bert(**torch_inputs(x))
     out = ckpt.task_model("pretraining")({**x, "masked_lm_positions": positions})
     seq = ckpt.backbone(x)
     ref_mlm = torch.stack([ref.prediction_logits[i, positions[i]] for i in range(3)])
-    diffs = {"sequence": _diff(seq["sequence_output"], base.last_hidden_state, x["input_mask"]),
-             "pooled": _diff(seq["pooled_output"], base.pooler_output),
-             "mlm": _diff(out["mlm_logits"], ref_mlm),
-             "nsp": _diff(out["nsp_logits"], ref.seq_relationship_logits)}
+    diffs = {"sequence": max_abs_diff(seq["sequence_output"], base.last_hidden_state, x["input_mask"]),
+             "pooled": max_abs_diff(seq["pooled_output"], base.pooler_output),
+             "mlm": max_abs_diff(out["mlm_logits"], ref_mlm),
+             "nsp": max_abs_diff(out["nsp_logits"], ref.seq_relationship_logits)}
     print("google pretraining max abs diff", diffs)
     assert max(diffs.values()) < TOL, diffs
 
@@ -152,18 +138,18 @@ def test_squad_and_classifier_checkpoints(tmp_path):
     assert list(ckpt.heads) == ["span"]
     x = random_inputs(2, 12, VOCAB)
     with torch.no_grad():
-        ref = qa(**_torch(x))
+        ref = qa(**torch_inputs(x))
     out = ckpt.task_model("span")(x)
-    assert max(_diff(out["start_logits"], ref.start_logits),
-               _diff(out["end_logits"], ref.end_logits)) < TOL
+    assert max(max_abs_diff(out["start_logits"], ref.start_logits),
+               max_abs_diff(out["end_logits"], ref.end_logits)) < TOL
 
     cls = _hf_model(transformers.BertForSequenceClassification, num_labels=3)
     src = _write(cls, tmp_path / "mnli", with_adam=False)
     ckpt = convert("google", src, str(tmp_path / "k2"))
     assert list(ckpt.heads) == ["classifier"]
     with torch.no_grad():
-        ref = cls(**_torch(x))
-    assert _diff(ckpt.task_model("classifier")(x), ref.logits) < TOL
+        ref = cls(**torch_inputs(x))
+    assert max_abs_diff(ckpt.task_model("classifier")(x), ref.logits) < TOL
 
 
 def _variables(tmp_path):

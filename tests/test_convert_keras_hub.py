@@ -15,7 +15,7 @@ from kbert import checkpoint  # noqa: E402
 from kbert.config import BertConfig  # noqa: E402
 from kbert.convert import convert, export  # noqa: E402
 from kbert.models import BertBackbone  # noqa: E402
-from tests.helpers import random_inputs, tiny_vocab  # noqa: E402
+from tests.helpers import max_abs_diff, random_inputs, tiny_vocab  # noqa: E402
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4
@@ -47,13 +47,6 @@ def _kh_inputs(x, positions=None):
     return out
 
 
-def _diff(ours, ref, mask=None):
-    ours, ref = ops.convert_to_numpy(ours), ops.convert_to_numpy(ref)
-    if mask is not None:
-        ours, ref = ours[mask.astype(bool)], ref[mask.astype(bool)]
-    return float(np.abs(ours - ref).max())
-
-
 def test_backbone_preset_matches(tmp_path):
     bb = _kh_backbone()
     _perturb(bb)
@@ -63,8 +56,8 @@ def test_backbone_preset_matches(tmp_path):
     assert ckpt.heads == {} and ckpt.do_lower_case
     x = random_inputs(3, 16, VOCAB)
     ref, out = bb(_kh_inputs(x)), ckpt.backbone(x)
-    diffs = {"sequence": _diff(out["sequence_output"], ref["sequence_output"], x["input_mask"]),
-             "pooled": _diff(out["pooled_output"], ref["pooled_output"])}
+    diffs = {"sequence": max_abs_diff(out["sequence_output"], ref["sequence_output"], x["input_mask"]),
+             "pooled": max_abs_diff(out["pooled_output"], ref["pooled_output"])}
     print("keras-hub backbone max abs diff", diffs)
     assert max(diffs.values()) < TOL, diffs
 
@@ -84,8 +77,8 @@ def test_masked_lm_and_classifier_presets_match(tmp_path):
     ref = mlm(_kh_inputs(x, POSITIONS))
     reloaded = checkpoint.load(str(tmp_path / "k1"))  # the head options survive a reload
     ours = reloaded.heads["mlm"](reloaded.backbone(x)["sequence_output"], POSITIONS)
-    print("keras-hub BertMaskedLM max abs diff", _diff(ours, ref))
-    assert _diff(ours, ref) < TOL
+    print("keras-hub BertMaskedLM max abs diff", max_abs_diff(ours, ref))
+    assert max_abs_diff(ours, ref) < TOL
 
     cls = keras_hub.models.BertTextClassifier(_kh_backbone(), num_classes=3, preprocessor=None)
     _perturb(cls, seed=1)
@@ -93,7 +86,7 @@ def test_masked_lm_and_classifier_presets_match(tmp_path):
     _tokenizer().save_to_preset(str(tmp_path / "cls"))
     ckpt = convert("keras-hub", str(tmp_path / "cls"), str(tmp_path / "k2"))
     assert list(ckpt.heads) == ["classifier"]
-    assert _diff(ckpt.task_model("classifier")(x), cls(_kh_inputs(x))) < TOL
+    assert max_abs_diff(ckpt.task_model("classifier")(x), cls(_kh_inputs(x))) < TOL
 
 
 def _kbert_checkpoint(path, hidden_act="gelu_approximate", mlm_options=None):
@@ -118,9 +111,9 @@ def test_export_reloads_in_keras_hub(tmp_path):
     bb = keras_hub.models.BertBackbone.from_preset(str(tmp_path / "kh"))
     x = random_inputs(3, 16, VOCAB)
     ref, out = bb(_kh_inputs(x)), ckpt.backbone(x)
-    diffs = {"sequence": _diff(out["sequence_output"], ref["sequence_output"], x["input_mask"]),
-             "pooled": _diff(out["pooled_output"], ref["pooled_output"]),
-             "mlm": _diff(ckpt.heads["mlm"](out["sequence_output"], POSITIONS),
+    diffs = {"sequence": max_abs_diff(out["sequence_output"], ref["sequence_output"], x["input_mask"]),
+             "pooled": max_abs_diff(out["pooled_output"], ref["pooled_output"]),
+             "mlm": max_abs_diff(ckpt.heads["mlm"](out["sequence_output"], POSITIONS),
                           mlm(_kh_inputs(x, POSITIONS)))}
     print("export to keras-hub max abs diff", diffs)
     assert max(diffs.values()) < TOL, diffs
@@ -136,7 +129,7 @@ def test_export_of_exact_gelu_warns(tmp_path):
     assert any("tanh-approximate GELU" in str(w.message) for w in caught)
     bb = keras_hub.models.BertBackbone.from_preset(str(tmp_path / "kh"))
     x = random_inputs(2, 12, VOCAB)
-    diff = _diff(ckpt.backbone(x)["sequence_output"], bb(_kh_inputs(x))["sequence_output"],
+    diff = max_abs_diff(ckpt.backbone(x)["sequence_output"], bb(_kh_inputs(x))["sequence_output"],
                  x["input_mask"])
     print("export of an exact-GELU checkpoint to keras-hub: max abs diff", diff)
     assert diff < 0.1

@@ -4,10 +4,9 @@ outputs. TensorFlow only (Model Garden is tf_keras)."""
 
 import numpy as np
 import pytest
-from keras import ops
 
 from kbert.convert import convert
-from tests.helpers import random_inputs, tiny_vocab, write_vocab
+from tests.helpers import max_abs_diff, random_inputs, tiny_vocab, write_vocab
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("official.nlp.modeling")
@@ -29,13 +28,6 @@ def _perturb(model, seed=0):
 def _mg_inputs(x):
     return dict(input_word_ids=x["input_ids"], input_mask=x["input_mask"],
                 input_type_ids=x["segment_ids"])
-
-
-def _diff(ours, ref, mask=None):
-    ours, ref = np.asarray(ops.convert_to_numpy(ours)), np.asarray(ref)
-    if mask is not None:
-        ours, ref = ours[mask.astype(bool)], ref[mask.astype(bool)]
-    return float(np.abs(ours - ref).max())
 
 
 def _save(directory, vocab_size=VOCAB, config_text=None, **objects):
@@ -60,8 +52,8 @@ def test_encoder_matches(tmp_path, cls):
     ckpt = convert("model-garden", src, str(tmp_path / "kbert"))
     assert ckpt.heads == {} and ckpt.config.num_heads == 4
     out = ckpt.backbone(x)
-    diffs = {"sequence": _diff(out["sequence_output"], ref["sequence_output"], x["input_mask"]),
-             "pooled": _diff(out["pooled_output"], ref["pooled_output"])}
+    diffs = {"sequence": max_abs_diff(out["sequence_output"], ref["sequence_output"], x["input_mask"]),
+             "pooled": max_abs_diff(out["pooled_output"], ref["pooled_output"])}
     print(cls.__name__, "max abs diff", diffs)
     assert max(diffs.values()) < TOL, diffs
 
@@ -88,10 +80,10 @@ def test_pretrainer_matches(tmp_path):
     assert set(ckpt.heads) == {"mlm", "nsp"}
     out = ckpt.task_model("pretraining")({**x, "masked_lm_positions": positions})
     seq = ckpt.backbone(x)
-    diffs = {"sequence": _diff(seq["sequence_output"], ref["sequence_output"], x["input_mask"]),
-             "pooled": _diff(seq["pooled_output"], ref["pooled_output"]),
-             "mlm": _diff(out["mlm_logits"], ref["mlm_logits"]),
-             "nsp": _diff(out["nsp_logits"], ref["next_sentence"])}
+    diffs = {"sequence": max_abs_diff(seq["sequence_output"], ref["sequence_output"], x["input_mask"]),
+             "pooled": max_abs_diff(seq["pooled_output"], ref["pooled_output"]),
+             "mlm": max_abs_diff(out["mlm_logits"], ref["mlm_logits"]),
+             "nsp": max_abs_diff(out["nsp_logits"], ref["next_sentence"])}
     print("BertPretrainerV2 max abs diff", diffs)
     assert max(diffs.values()) < TOL, diffs
 
@@ -120,7 +112,7 @@ def test_checkpoint_items_and_config_file(tmp_path):
     ckpt = convert("model-garden", src, str(tmp_path / "kbert"))
     assert set(ckpt.heads) == {"mlm"}  # checkpoint_items hold no NSP output layer
     out = ckpt.heads["mlm"](ckpt.backbone(x)["sequence_output"], positions)
-    assert _diff(out, ref["mlm_logits"]) < TOL
+    assert max_abs_diff(out, ref["mlm_logits"]) < TOL
 
 
 def test_bad_inputs(tmp_path):

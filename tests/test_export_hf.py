@@ -13,7 +13,7 @@ from kbert import checkpoint
 from kbert.config import BertConfig
 from kbert.convert import convert, export
 from kbert.models import BertBackbone
-from tests.helpers import random_inputs, tiny_vocab
+from tests.helpers import max_abs_diff, random_inputs, tiny_vocab, torch_inputs
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4
@@ -39,19 +39,6 @@ def _checkpoint(path, head_options, hidden_act="gelu"):
     return checkpoint.load(path)
 
 
-def _torch(x):
-    return dict(input_ids=torch.tensor(x["input_ids"], dtype=torch.long),
-                token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
-                attention_mask=torch.tensor(x["input_mask"], dtype=torch.long))
-
-
-def _diff(ours, ref, mask=None):
-    ours, ref = np.asarray(ops.convert_to_numpy(ours)), ref.detach().numpy()
-    if mask is not None:
-        ours, ref = ours[mask.astype(bool)], ref[mask.astype(bool)]
-    return float(np.abs(ours - ref).max())
-
-
 @pytest.mark.parametrize("hidden_act", ["gelu", "gelu_approximate"])
 def test_pretraining_export(tmp_path, hidden_act):
     ckpt = _checkpoint(str(tmp_path / "kbert"), {"mlm": {}, "nsp": {}}, hidden_act)
@@ -59,15 +46,15 @@ def test_pretraining_export(tmp_path, hidden_act):
     hf = transformers.BertForPreTraining.from_pretrained(str(tmp_path / "hf")).eval()
     x = random_inputs(3, 16, VOCAB)
     with torch.no_grad():
-        ref = hf(**_torch(x))
-        base = hf.bert(**_torch(x))
+        ref = hf(**torch_inputs(x))
+        base = hf.bert(**torch_inputs(x))
     seq = ckpt.backbone(x)
     out = ckpt.task_model("pretraining")({**x, "masked_lm_positions": POSITIONS})
     ref_mlm = torch.stack([ref.prediction_logits[i, POSITIONS[i]] for i in range(3)])
-    diffs = {"sequence": _diff(seq["sequence_output"], base.last_hidden_state, x["input_mask"]),
-             "pooled": _diff(seq["pooled_output"], base.pooler_output),
-             "mlm": _diff(out["mlm_logits"], ref_mlm),
-             "nsp": _diff(out["nsp_logits"], ref.seq_relationship_logits)}
+    diffs = {"sequence": max_abs_diff(seq["sequence_output"], base.last_hidden_state, x["input_mask"]),
+             "pooled": max_abs_diff(seq["pooled_output"], base.pooler_output),
+             "mlm": max_abs_diff(out["mlm_logits"], ref_mlm),
+             "nsp": max_abs_diff(out["nsp_logits"], ref.seq_relationship_logits)}
     print(f"export to HF BertForPreTraining ({hidden_act}) max abs diff", diffs)
     assert max(diffs.values()) < TOL, diffs
     # the tied decoder is re-tied on load
@@ -95,19 +82,19 @@ def test_task_exports(tmp_path, head, cls):
     hf = cls.from_pretrained(str(tmp_path / "hf")).eval()
     x = random_inputs(3, 16, VOCAB)
     with torch.no_grad():
-        ref = hf(**_torch(x))
+        ref = hf(**torch_inputs(x))
     if head is None:
         out = ckpt.backbone(x)
-        diff = max(_diff(out["sequence_output"], ref.last_hidden_state, x["input_mask"]),
-                   _diff(out["pooled_output"], ref.pooler_output))
+        diff = max(max_abs_diff(out["sequence_output"], ref.last_hidden_state, x["input_mask"]),
+                   max_abs_diff(out["pooled_output"], ref.pooler_output))
     elif head == "span":
         out = ckpt.task_model("span")(x)
-        diff = max(_diff(out["start_logits"], ref.start_logits),
-                   _diff(out["end_logits"], ref.end_logits))
+        diff = max(max_abs_diff(out["start_logits"], ref.start_logits),
+                   max_abs_diff(out["end_logits"], ref.end_logits))
     else:
         assert hf.config.id2label == {0: "neg", 1: "neu", 2: "pos"}
         mask = x["input_mask"] if head == "tagger" else None
-        diff = _diff(ckpt.task_model(head)(x), ref.logits, mask)
+        diff = max_abs_diff(ckpt.task_model(head)(x), ref.logits, mask)
     print(f"export to HF {cls.__name__} max abs diff", diff)
     assert diff < TOL
 

@@ -8,7 +8,8 @@ from keras import ops
 
 import kbert
 from kbert.convert import convert
-from tests.helpers import minilm_dir, random_inputs, tiny_vocab, write_vocab
+from tests.helpers import (max_abs_diff, minilm_dir, random_inputs, tiny_vocab, torch_inputs,
+                           write_vocab)
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4
@@ -30,19 +31,6 @@ def _hf_model(cls, tmp_path, **config_kwargs):
     return model, str(src)
 
 
-def _torch_inputs(x):
-    return dict(input_ids=torch.tensor(x["input_ids"], dtype=torch.long),
-                token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
-                attention_mask=torch.tensor(x["input_mask"], dtype=torch.long))
-
-
-def _max_diff(ours, ref, mask=None):
-    ours, ref = np.asarray(ops.convert_to_numpy(ours)), ref.detach().numpy()
-    if mask is not None:
-        ours, ref = ours[mask.astype(bool)], ref[mask.astype(bool)]
-    return float(np.abs(ours - ref).max())
-
-
 def test_pretraining_parity(tmp_path):
     hf, src = _hf_model(transformers.BertForPreTraining, tmp_path)
     ckpt = convert("hf", src, str(tmp_path / "kbert"))
@@ -50,16 +38,16 @@ def test_pretraining_parity(tmp_path):
     x = random_inputs(3, 16, 120)
     positions = np.array([[1, 4, 7], [2, 3, 5], [1, 2, 6]], "int32")
     with torch.no_grad():
-        ref = hf(**_torch_inputs(x), output_hidden_states=True)
-        ref_base = hf.bert(**_torch_inputs(x))
+        ref = hf(**torch_inputs(x), output_hidden_states=True)
+        ref_base = hf.bert(**torch_inputs(x))
     model = kbert.load(str(tmp_path / "kbert")).task_model("pretraining")
     out = model({**x, "masked_lm_positions": positions})
     seq = model.backbone(x)
-    assert _max_diff(seq["sequence_output"], ref_base.last_hidden_state, x["input_mask"]) < TOL
-    assert _max_diff(seq["pooled_output"], ref_base.pooler_output) < TOL
+    assert max_abs_diff(seq["sequence_output"], ref_base.last_hidden_state, x["input_mask"]) < TOL
+    assert max_abs_diff(seq["pooled_output"], ref_base.pooler_output) < TOL
     ref_mlm = torch.stack([ref.prediction_logits[i, positions[i]] for i in range(3)])
-    assert _max_diff(out["mlm_logits"], ref_mlm) < TOL
-    assert _max_diff(out["nsp_logits"], ref.seq_relationship_logits) < TOL
+    assert max_abs_diff(out["mlm_logits"], ref_mlm) < TOL
+    assert max_abs_diff(out["nsp_logits"], ref.seq_relationship_logits) < TOL
 
 
 def test_attention_probabilities_and_hidden_states_match(tmp_path):
@@ -68,13 +56,13 @@ def test_attention_probabilities_and_hidden_states_match(tmp_path):
     backbone = kbert.load(str(tmp_path / "kbert")).backbone
     x = random_inputs(2, 12, 120)
     with torch.no_grad():
-        ref = hf(**_torch_inputs(x), output_attentions=True, output_hidden_states=True)
+        ref = hf(**torch_inputs(x), output_attentions=True, output_hidden_states=True)
     out = backbone(x, output_attentions=True, output_hidden_states=True)
     assert len(out["attentions"]) == 2 and len(out["hidden_states"]) == 3
     for ours, theirs in zip(out["attentions"], ref.attentions):
-        assert _max_diff(ours, theirs) < TOL
+        assert max_abs_diff(ours, theirs) < TOL
     for ours, theirs in zip(out["hidden_states"], ref.hidden_states):
-        assert _max_diff(ours, theirs, x["input_mask"]) < TOL
+        assert max_abs_diff(ours, theirs, x["input_mask"]) < TOL
 
 
 @pytest.mark.parametrize("cls,head", [
@@ -90,22 +78,22 @@ def test_task_head_parity(tmp_path, cls, head):
     assert list(ckpt.heads) == [head]
     x = random_inputs(3, 16, 120)
     with torch.no_grad():
-        ref = hf(**_torch_inputs(x))
+        ref = hf(**torch_inputs(x))
     if head == "mlm":
         backbone = ckpt.backbone
         logits = ckpt.heads["mlm"](backbone(x)["sequence_output"])
-        assert _max_diff(logits, ref.logits, x["input_mask"]) < TOL
+        assert max_abs_diff(logits, ref.logits, x["input_mask"]) < TOL
         return
     model = ckpt.task_model(head)
     out = model(x)
     if head == "span":
-        assert _max_diff(out["start_logits"], ref.start_logits) < TOL
-        assert _max_diff(out["end_logits"], ref.end_logits) < TOL
+        assert max_abs_diff(out["start_logits"], ref.start_logits) < TOL
+        assert max_abs_diff(out["end_logits"], ref.end_logits) < TOL
     elif head == "tagger":
         assert ckpt.head_options["tagger"]["labels"] == [f"LABEL_{i}" for i in range(5)]
-        assert _max_diff(out, ref.logits, x["input_mask"]) < TOL
+        assert max_abs_diff(out, ref.logits, x["input_mask"]) < TOL
     else:
-        assert _max_diff(out, ref.logits) < TOL
+        assert max_abs_diff(out, ref.logits) < TOL
 
 
 def test_bin_weights_read_with_weights_only(tmp_path):
