@@ -186,7 +186,8 @@ def main():
         rows = {}
         for impl, backend in jobs:
             env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
-                       PYTHONPATH=os.path.dirname(here))
+                       PYTHONPATH=os.pathsep.join(
+                           filter(None, [os.path.dirname(here), os.environ.get("PYTHONPATH")])))
             cmd = [sys.executable, __file__, "--worker", f"{impl}:{config}", "--batch",
                    str(args.batch), "--seq", str(args.seq), "--preds", str(args.preds),
                    "--warmup", str(args.warmup), "--steps", str(args.steps)]

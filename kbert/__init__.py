@@ -17,7 +17,22 @@ from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, N
 from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
 from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
                           BertQuestionAnswerer, BertTokenClassifier)
-from kbert.data.inputs import pretraining_targets
-from kbert.pipeline import Bert, load
 
 __version__ = "0.1.0"
+
+# The tokenizer, the pipeline and the tf.data inputs need TensorFlow (and tensorflow-text); they
+# load on first use, so the models, heads, checkpoints and optimizers import without TensorFlow
+# (e.g. training on JAX or PyTorch from arrays that were tokenized elsewhere).
+_LAZY = {"Bert": "kbert.pipeline", "load": "kbert.pipeline",
+         "pretraining_targets": "kbert.data.inputs"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kbert' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))

@@ -18,12 +18,11 @@ import tempfile
 
 import numpy as np
 
-from kbert.config import BertConfig
+from kbert.config import BertConfig, read_vocab
 from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
                          SpanHead, TokenClassificationHead)
 from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
                           BertQuestionAnswerer, BertTokenClassifier)
-from kbert.tokenizer import read_vocab
 
 WEIGHTS_FILE = "model.safetensors"
 HEAD_NAMES = ("mlm", "nsp", "classifier", "tagger", "span", "choice")

@@ -1,4 +1,5 @@
-"""BertConfig: the encoder's hyper-parameters, the paper's presets and a JSON round trip."""
+"""BertConfig: the encoder's hyper-parameters, the paper's presets and a JSON round trip;
+and the vocabulary file that goes with them."""
 
 import dataclasses
 import json
@@ -14,6 +15,7 @@ _PRESET_SHAPES = {
     "large": (24, 1024, 16),
 }
 PRESETS = tuple(_PRESET_SHAPES)
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 @dataclasses.dataclass
@@ -106,3 +108,17 @@ class BertConfig:
                 return cls.from_dict(json.load(f))
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def read_vocab(path):
+    """The WordPiece vocabulary: one token a line, the line number is the id."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"vocabulary file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        vocab = [line.rstrip("\n").rstrip("\r") for line in f]
+    while vocab and vocab[-1] == "":
+        vocab.pop()
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ValueError(f"{path}: vocabulary lacks the special tokens {' '.join(missing)}")
+    return vocab

@@ -133,7 +133,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
         use_dropout = training and self.attention_dropout_rate > 0
         if not (return_attention or use_dropout):
             mask = ops.cast(input_mask[:, None, None, :], "bool")              # [B, 1, 1, T]
-            context = ops.dot_product_attention(q, k, v, mask=mask,
+            # JAX on a GPU would try cuDNN's fused kernel first, which rejects a [B, 1, 1, T]
+            # padding mask (logging a traceback per trace) before falling back to XLA's.
+            flash = False if keras.backend.backend() == "jax" else None
+            context = ops.dot_product_attention(q, k, v, mask=mask, flash_attention=flash,
                                                 scale=self.head_size ** -0.5)  # [B, T, N, D]
             return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
         scores = ops.einsum("btnd,bsnd->bnts", q, k) * ops.cast(self.head_size ** -0.5, q.dtype)

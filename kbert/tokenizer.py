@@ -23,7 +23,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+from kbert.config import SPECIAL_TOKENS, read_vocab  # noqa: F401  (re-exported)
+
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK], as in google-research/bert
 
 # Rust's char::is_whitespace minus the control characters HF deletes before splitting.
@@ -38,20 +39,6 @@ _DROPPED = r"[\p{C}\x{FFFD}]"
 
 def _byte_length(strings):
     return tf.cast(tf.strings.length(strings, unit="BYTE"), tf.int64)
-
-
-def read_vocab(path):
-    """The WordPiece vocabulary: one token a line, the line number is the id."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"vocabulary file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n").rstrip("\r") for line in f]
-    while vocab and vocab[-1] == "":
-        vocab.pop()
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        raise ValueError(f"{path}: vocabulary lacks the special tokens {' '.join(missing)}")
-    return vocab
 
 
 def char_offsets(text, starts, ends):

@@ -27,12 +27,17 @@ import numpy as np
 from kbert import checkpoint as checkpoint_lib
 from kbert.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
 from kbert.config import BertConfig
-from kbert.data.inputs import pretraining_targets
 from kbert.models import BertPretrainer
 from kbert.optimization import batches_seen, create_optimizer
 
 STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel")
 MIXED_PRECISION = (None, "mixed_bfloat16", "mixed_float16")
+
+
+def _targets(features):
+    # The tf.data inputs need TensorFlow; imported on use so the rest of this module does not.
+    from kbert.data.inputs import pretraining_targets
+    return pretraining_targets(features)
 
 
 # --- where training runs -------------------------------------------------------------------------
@@ -67,7 +72,7 @@ class Distribution:
             raise ValueError(f"batch size {global_batch_size} is not divisible by the "
                              f"{self.num_replicas} replicas")
         if self.strategy is None:
-            return make_stream().map(pretraining_targets)
+            return make_stream().map(_targets)
 
         stream = make_stream()                  # built here: the same seeds as one device
 
@@ -76,7 +81,7 @@ class Distribution:
             start = context.input_pipeline_id * size
             ds = stream.map(lambda f: {k: v[start:start + size] for k, v in f.items()})
             ds = ds.rebatch(context.get_per_replica_batch_size(global_batch_size))
-            return ds.map(pretraining_targets)
+            return ds.map(_targets)
         return self.strategy.distribute_datasets_from_function(per_pipeline)
 
 
@@ -155,7 +160,7 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
 
 
 def _read_vocab(vocab):
-    from kbert.tokenizer import read_vocab
+    from kbert.config import read_vocab
     if isinstance(vocab, str):
         if not os.path.isfile(vocab):
             raise FileNotFoundError(f"vocabulary not found: {vocab}")
@@ -280,7 +285,7 @@ def pretrain(data, output=None, config=None, init=None, vocab=None, batch_size=3
             if dist.strategy is not None:
                 # Keras builds metrics from a batch it reduces across replicas (failing under
                 # MultiWorkerMirroredStrategy); hand it a local batch instead.
-                sample = next(iter(stream().take(1).map(pretraining_targets)))
+                sample = next(iter(stream().take(1).map(_targets)))
                 model._maybe_symbolic_build = (
                     lambda iterator=None, data_batch=None, build=model._maybe_symbolic_build,
                     sample=sample: build(data_batch=sample))
@@ -338,7 +343,7 @@ def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
     if not getattr(model, "compiled", False):
         model.compile()
     ds = inputs.pretraining_dataset(str(data), batch_size, is_training=False)
-    ds = ds.map(pretraining_targets)
+    ds = ds.map(_targets)
     examples = sum(1 for _ in inputs.pretraining_dataset(str(data), 4096, is_training=False)
                    .unbatch())
     out = model.evaluate(ds, steps=max_batches, return_dict=True, verbose=0)
