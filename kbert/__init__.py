@@ -18,6 +18,11 @@ from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
 from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
                           BertQuestionAnswerer, BertTokenClassifier)
 
+__all__ = ["PRESETS", "BertConfig", "ClassificationHead", "MaskedLMHead", "MultipleChoiceHead",
+           "NextSentenceHead", "SpanHead", "TokenClassificationHead", "BertEmbeddings", "Pooler",
+           "TransformerEncoderBlock", "BertBackbone", "BertClassifier", "BertMultipleChoice",
+           "BertPretrainer", "BertQuestionAnswerer", "BertTokenClassifier", "Bert", "load",
+           "pretraining_targets"]
 __version__ = "0.1.0"
 
 # The tokenizer, the pipeline and the tf.data inputs need TensorFlow (and tensorflow-text); they
