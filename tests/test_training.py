@@ -183,6 +183,30 @@ def test_loss_falls_on_a_slice_of_the_corpus_and_checkpoint_loads(tmp_path, shar
     assert 0.0 < scores["mlm_accuracy"] < 1.0 and scores["examples"] > 0
 
 
+def test_two_phases_with_dynamic_masking_lamb_accumulation_and_bfloat16(tmp_path):
+    """Every option of `pretrain` at once: 128-then-512 style phases (16 then 32 tokens here),
+    dynamic masking, LAMB, gradient accumulation and mixed bfloat16."""
+    import kbert
+    from kbert import training
+    from kbert.optimization import batches_seen, inner_optimizer
+    data, vocab, config = _setup(tmp_path)
+    long_data = _write_shards(str(tmp_path / "data32"), seq=32, seed=1)
+    result = training.pretrain([data, long_data], str(tmp_path / "ckpt"), config=config,
+                               vocab=vocab, batch_size=8, phase_steps=[3, 2], accumulate=2,
+                               optimizer="lamb", mixed_precision="mixed_bfloat16",
+                               dynamic_masking=True, warmup_steps=1, learning_rate=1e-3,
+                               checkpoint_every=2, jit_compile=False, verbose=0, seed=0,
+                               shuffle_buffer=16)
+    assert result.steps == 5                                     # optimizer updates, both phases
+    optimizer = inner_optimizer(result.model.optimizer)
+    assert isinstance(optimizer, keras.optimizers.Lamb)
+    assert batches_seen(result.model.optimizer) == 10            # 2 accumulated batches each
+    assert result.model.dtype_policy.name == "mixed_bfloat16"
+    assert all(np.isfinite(result.history["loss"]))
+    ckpt = kbert.load(result.output)
+    assert len(ckpt.fill_mask("the [MASK] sat on the mat", top_k=2)[0]) == 2
+
+
 # --- strategies agree with one device ------------------------------------------------------------
 def test_mirrored_strategy_on_two_cpus_matches_one_device(tmp_path):
     data, vocab, config = _setup(tmp_path)
