@@ -165,8 +165,7 @@ def train(args):
           f"{arrays['next_sentence_labels'].mean():.3f}", flush=True)
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy(args.mixed_precision)
-    model, _, lower = build_pretrainer(args.config, args.init, vocab if args.init is None else None,
-                                       dtype=args.mixed_precision)
+    model, _, lower = build_pretrainer(args.config, args.init, vocab, dtype=args.mixed_precision)
     warmup = args.warmup_steps if args.warmup_steps is not None else args.steps // 100
     model.compile(create_optimizer("adamw", args.learning_rate, args.steps, warmup,
                                    args.weight_decay),
@@ -236,14 +235,14 @@ def main():
     t.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
     t.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    if args.command == "prepare":
-        if not args.shards and not (args.input and args.vocab):
-            p.error("prepare needs --input and --vocab, or --shards")
-        prepare(args)
-    else:
-        if (args.init is None) == (args.config is None):
-            p.error("train needs exactly one of --init and --config")
-        train(args)
+    if args.command == "prepare" and not args.shards and not (args.input and args.vocab):
+        p.error("prepare needs --input and --vocab, or --shards")
+    if args.command == "train" and (args.init is None) == (args.config is None):
+        p.error("train needs exactly one of --init and --config")
+    try:
+        (prepare if args.command == "prepare" else train)(args)
+    except (ValueError, OSError, KeyError) as e:     # bad files or a vocabulary mismatch
+        sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,12 @@ SENTENCES = ["the man went to the store.", "he bought milk and it was good.",
              "paris is the capital of france.", "the dog was bad!", "a man bought a cat."]
 
 
-def _run(args, backend="jax", timeout=600):
+def _run(args, backend="jax", timeout=600, ok=True):
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True,
                          text=True, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
+    assert (out.returncode == 0) == ok, out.stderr[-2000:]
+    return out.stdout if ok else out.stderr
 
 
 def test_models_and_checkpoints_import_without_tensorflow():
@@ -59,3 +59,11 @@ def test_prepare_then_train_writes_a_checkpoint_that_learns(tmp_path):
     from kbert import checkpoint
     ckpt = checkpoint.load(str(tmp_path / "ckpt"))
     assert sorted(ckpt.heads) == ["mlm", "nsp"] and ckpt.vocab == tiny_vocab()
+
+    # a corpus tokenized with another vocabulary than the checkpoint's: one clear line
+    shipped = os.path.join(ROOT, "saved_models", "minilm-l6-mlm-nsp")
+    if os.path.isdir(shipped):
+        err = _run(["train", "--corpus", corpus, "--init", shipped, "--output",
+                    str(tmp_path / "bad"), "--steps", "1", "--dupe-factor", "1"], ok=False)
+        assert err.strip().splitlines()[-1].startswith("error:") and "vocabulary" in err
+        assert not (tmp_path / "bad").exists()
