@@ -26,7 +26,7 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
-from kbert.config import BertConfig
+from kbert.config import BertConfig, read_vocab
 from kbert.models import BertPretrainer
 from kbert.optimization import batches_seen, create_optimizer
 
@@ -160,7 +160,6 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
 
 
 def _read_vocab(vocab):
-    from kbert.config import read_vocab
     if isinstance(vocab, str):
         if not os.path.isfile(vocab):
             raise FileNotFoundError(f"vocabulary not found: {vocab}")

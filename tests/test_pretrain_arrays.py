@@ -28,6 +28,7 @@ def test_models_and_checkpoints_import_without_tensorflow():
     code = ("import sys, kbert\n"
             "from kbert import checkpoint, callbacks, optimization, training\n"
             "from kbert.data import pretraining\n"
+            "from kbert.convert import hf\n"
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
             "assert callable(kbert.load)\n")          # lazy: resolving it may import TF
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT)

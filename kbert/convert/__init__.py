@@ -10,6 +10,8 @@ import importlib
 import json
 import os
 
+from kbert.config import read_vocab
+
 
 def read_json(path):
     """A JSON file's content; broken JSON is one line naming the file."""
@@ -84,8 +86,6 @@ def guess_lower_case(vocab, directory=None):
 
 def read_vocab_file(path):
     """The tokens of a `vocab.txt`; a clear FileNotFoundError when it is absent."""
-    from kbert.tokenizer import read_vocab
-
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{os.path.dirname(path) or '.'}: missing "
                                 f"{os.path.basename(path)} (the WordPiece vocabulary)")

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from kbert.config import BertConfig
+from kbert.config import BertConfig, read_vocab
 from kbert.convert import read_json
 
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -53,7 +53,6 @@ def read_state_dict(path):
 def _vocab(directory):
     path = os.path.join(directory, "vocab.txt")
     if os.path.isfile(path):
-        from kbert.tokenizer import read_vocab
         return read_vocab(path)
     path = os.path.join(directory, "tokenizer.json")
     if os.path.isfile(path):

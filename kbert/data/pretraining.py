@@ -30,6 +30,7 @@ import random
 
 import numpy as np
 
+from kbert.config import read_vocab
 from kbert.data.sentences import InputReport, check_inputs, read_documents
 
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -275,7 +276,6 @@ def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_c
     """
     from tqdm import tqdm
 
-    from kbert.tokenizer import read_vocab
     vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
     _tokenizer(vocab, lower_case)      # fails now, in one line, on a vocabulary without specials
     report = InputReport()
