@@ -44,9 +44,10 @@ def prepare(args):
         np.savez_compressed(args.output, **arrays)
         print(f"{len(arrays['input_ids'])} instances → {args.output}")
         return
-    from kbert.data.pretraining import _tokenizer, iter_blocks, tokenize_documents
     from kbert.config import read_vocab
-    tokenizer = _tokenizer(read_vocab(args.vocab), not args.cased)
+    from kbert.data.pretraining import iter_blocks, tokenize_documents
+    from kbert.tokenizer import Tokenizer
+    tokenizer = Tokenizer(read_vocab(args.vocab), not args.cased)
     tokens, sentence_lengths, document_lengths = [], [], []
     for block in iter_blocks(args.input):
         for document in tokenize_documents(block, tokenizer):
