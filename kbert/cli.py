@@ -185,6 +185,9 @@ def _add_finetune(sub):
     p.add_argument("--tune-null-threshold", action="store_true",
                    help="squad2: store the null-score threshold with the best dev F1")
     p.add_argument("--max-train-examples", type=int, help="train on the first N examples only")
+    p.add_argument("--no-bucketing", dest="bucketing", action="store_false",
+                   help="shuffle freely instead of grouping similar lengths into a batch "
+                        "(each batch is still padded to its longest row)")
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
                    help="XLA compilation of the train step")
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
@@ -200,7 +203,8 @@ def _run_finetune(args):
         max_seq_length=args.max_seq_length, seed=args.seed, weight_decay=args.weight_decay,
         tune_null_threshold=args.tune_null_threshold,
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit_compile],
-        save_dtype=args.save_dtype, max_train_examples=args.max_train_examples)
+        save_dtype=args.save_dtype, max_train_examples=args.max_train_examples,
+        bucketing=args.bucketing)
     print(f"wrote {result.output}: best epoch {result.best_epoch} of {args.epochs} "
           f"({result.train_examples} training examples, {result.wall_seconds:.0f}s)")
     print(json.dumps(result.best_scores))

@@ -161,7 +161,8 @@ def _model_card(task, init, train, dev, settings, history, metric):
 def finetune(task, init, train, dev, output, epochs=3, learning_rate=3e-5, batch_size=32,
              warmup=0.1, max_seq_length=None, seed=0, weight_decay=0.01,
              tune_null_threshold=False, jit_compile="auto", save_dtype="float32",
-             eval_batch_size=64, max_train_examples=None, model_card=None, verbose=True):
+             eval_batch_size=64, max_train_examples=None, bucketing=True, model_card=None,
+             verbose=True):
     """Fine-tunes `init` on `train`, keeping the epoch with the best `dev` score in `output`.
 
     Args:
@@ -175,6 +176,8 @@ def finetune(task, init, train, dev, output, epochs=3, learning_rate=3e-5, batch
         tune_null_threshold: SQuAD v2.0: pick the null-score threshold with the best dev F1
             and store it in the span head's options.
         max_train_examples: train on the first N examples only (quick runs).
+        bucketing: group examples of similar length into a batch (less padding, faster);
+            `False` shuffles freely. Either way each batch is padded to its longest row.
         model_card: MODEL_CARD.md text; default: a short generated one (an existing card in
             `output` is kept).
     Returns a `FinetuneResult`.
@@ -200,7 +203,7 @@ def finetune(task, init, train, dev, output, epochs=3, learning_rate=3e-5, batch
     ckpt.heads, ckpt.head_options = {spec.head: head}, {spec.head: options}
     model = ckpt.task_model(spec.head)
     features, label_keys, weight_key = spec.targets(train_set)
-    dataset = batching.to_dataset(features, batch_size, label_keys, weight_key, bucket=True,
+    dataset = batching.to_dataset(features, batch_size, label_keys, weight_key, bucket=bucketing,
                                   shuffle=True, seed=seed, multiple=PAD_TO_MULTIPLE)
     steps = int(dataset.cardinality()) * epochs
     model.compile(optimizer=create_optimizer("adamw", learning_rate, steps,
@@ -208,7 +211,8 @@ def finetune(task, init, train, dev, output, epochs=3, learning_rate=3e-5, batch
                   **spec.losses(), jit_compile=jit_compile)
 
     settings = dict(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
-                    warmup=warmup, max_seq_length=length, seed=seed, weight_decay=weight_decay)
+                    warmup=warmup, max_seq_length=length, seed=seed, weight_decay=weight_decay,
+                    bucketing=bucketing)
     card_exists = os.path.isfile(os.path.join(output, "MODEL_CARD.md"))
 
     def score(keras_model):

@@ -76,7 +76,41 @@ class _ClipAcrossReplicas:
 
 @keras.saving.register_keras_serializable(package="kbert")
 class AdamW(_ClipAcrossReplicas, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` whose global-norm clipping is the same on any number of devices."""
+    """`keras.optimizers.AdamW` with Adam's update as written in Algorithm 1 of Kingma & Ba
+    (and in PyTorch, so HF transformers), and global-norm clipping that is the same on any
+    number of devices.
+
+    Adam's ε goes to the bias-corrected second moment: θ ← θ − lr·m̂ / (√v̂ + ε). Keras adds ε
+    before the correction, to √v, which is the same as adding ε/√(1 − β2^t) to √v̂: 32× the
+    nominal 1e-6 at the first update, still 1.4× after 1,000. That damps the early updates of
+    weights whose gradients are small (in fine-tuning, most of a pretrained encoder), so Keras'
+    form does not train like the recipe it is given.
+
+    Example (one step from a gradient of 1e-6: Adam moves by about lr, whatever the scale):
+    >>> import numpy as np
+    >>> w = keras.Variable(np.zeros(1, "float32"))
+    >>> AdamW(learning_rate=0.1, epsilon=1e-6, weight_decay=0.0).apply([np.full(1, 1e-6, "float32")], [w])
+    >>> round(float(-w.numpy()[0]), 4)
+    0.05
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(gradient, dtype)
+        step = ops.cast(self.iterations + 1, dtype)
+        beta_1_power = ops.power(ops.cast(self.beta_1, dtype), step)
+        beta_2_power = ops.power(ops.cast(self.beta_2, dtype), step)
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
+        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
+        m_hat = ops.divide(m, 1 - beta_1_power)
+        v_hat = ops.divide(v, 1 - beta_2_power)
+        self.assign_sub(variable, ops.divide(ops.multiply(m_hat, lr),
+                                             ops.add(ops.sqrt(v_hat), self.epsilon)))
 
 
 @keras.saving.register_keras_serializable(package="kbert")

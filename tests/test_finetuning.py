@@ -266,7 +266,8 @@ def test_finetune_cli_ends_with_the_best_scores(tiny_init, keyword_files, tmp_pa
     out = str(tmp_path / "cli")
     rc = _cli("finetune", "sst2", "--init", tiny_init, "--train", keyword_files[0], "--dev",
               keyword_files[1], "--output", out, "--epochs", "1", "--batch-size", "16",
-              "--max-seq-length", "32", "--jit-compile", "off")
+              "--max-seq-length", "32", "--jit-compile", "off", "--no-bucketing")
     lines = capsys.readouterr().out.strip().splitlines()
     assert rc == 0 and set(json.loads(lines[-1])) == {"accuracy"}
     assert json.load(open(os.path.join(out, "config.json")))["heads"]["classifier"]
+    assert "bucketing False" in open(os.path.join(out, "MODEL_CARD.md")).read()

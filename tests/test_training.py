@@ -147,6 +147,33 @@ def test_no_weight_decay_on_layer_norm_and_bias():
         assert changed == (v.path in decayed and nonzero), v.path
 
 
+@pytest.mark.multibackend
+def test_adamw_steps_like_torch_adamw():
+    """ε on the bias-corrected √v̂ (Adam's Algorithm 1, PyTorch, HF), not Keras' ε before it."""
+    torch = pytest.importorskip("torch")
+    from kbert.optimization import AdamW
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(4, 3)).astype("float32")
+    # Gradients from 1e-7 to 1: the small ones are where the two ε placements differ.
+    grads = [(rng.normal(size=(4, 3)) * 10.0 ** rng.integers(-7, 1, size=(4, 3))).astype("float32")
+             for _ in range(5)]
+    w = keras.Variable(start)
+    ours = AdamW(learning_rate=1e-2, weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6)
+    t = torch.nn.Parameter(torch.tensor(start))
+    theirs = torch.optim.AdamW([t], lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
+    for g in grads:
+        ours.apply([keras.ops.convert_to_tensor(g)], [w])
+        t.grad = torch.tensor(g)
+        theirs.step()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(w), t.detach().numpy(),
+                               rtol=1e-5, atol=1e-7)
+    keras_form = keras.Variable(start)
+    plain = keras.optimizers.AdamW(learning_rate=1e-2, weight_decay=0.01, epsilon=1e-6)
+    for g in grads:
+        plain.apply([keras.ops.convert_to_tensor(g)], [keras_form])
+    assert np.abs(keras.ops.convert_to_numpy(keras_form) - t.detach().numpy()).max() > 1e-3
+
+
 def test_lamb_and_accumulation_options():
     optimizer = create_optimizer("lamb", gradient_accumulation_steps=4, loss_scale=True)
     assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
