@@ -12,6 +12,9 @@ kbert is `kbert.finetuning.finetune` (length-bucketed batches, XLA-compiled trai
 
     python benchmarks/finetune_vs_hf.py --init /tmp/minilm --train-examples 1000 --epochs 1
 
+`--lockstep` instead runs both engines step by step on identical batches from identical weights
+with dropout off and compares their losses and dev predictions (is the training math the same?).
+
 Prints accuracy and training seconds per epoch (dev scoring excluded) side by side.
 """
 
@@ -205,6 +208,11 @@ def report_lockstep(losses, predictions, labels, steps_per_epoch, args):
         s = slice(e * steps_per_epoch, (e + 1) * steps_per_epoch)
         print(f"{e + 1:5d} {k[s].mean():16.4f} {h[s].mean():13.4f} "
               f"{np.abs(k[s] - h[s]).max():21.2e}")
+    diff = np.abs(k - h)
+    apart = np.flatnonzero(diff > 1e-3)
+    print(f"step losses agree within {diff[:10].max():.1e} over the first 10 steps; the first "
+          f"step more than 1e-3 apart: " + (f"{apart[0] + 1} of {len(k)}" if len(apart) else
+                                           f"none of {len(k)}"))
     accuracy = {n: 100.0 * float(np.mean(p == labels)) for n, p in predictions.items()}
     print(f"dev accuracy: kbert {accuracy['kbert']:.2f}, HF {accuracy['hf']:.2f} "
           f"(difference {accuracy['kbert'] - accuracy['hf']:+.2f} points); the two models "
