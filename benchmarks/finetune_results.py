@@ -30,7 +30,7 @@ RUNS = {
     "squad": ("WORK/squad-train.json", "WORK/squad-heldout.json",
               "--epochs 3 --learning-rate 1e-4 --batch-size 32"),
     "sst2": ("DATA/glue/SST-2/train.tsv", "DATA/glue/SST-2/dev.tsv",
-             "--epochs 3 --learning-rate 3e-5 --batch-size 16"),
+             "--epochs 3 --learning-rate 5e-5 --batch-size 32"),
     "mrpc": ("DATA/glue/MRPC/train.tsv", "DATA/glue/MRPC/dev.tsv",
              "--epochs 3 --learning-rate 5e-5 --batch-size 16"),
     "conll2003": ("DATA/conll2003/train.txt", "DATA/conll2003/valid.txt",
