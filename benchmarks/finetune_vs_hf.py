@@ -39,6 +39,21 @@ def read_tsv(path, n=None):
     return [r[0] for r in rows], np.array([int(r[1]) for r in rows])
 
 
+def hf_optimizer(model, learning_rate, total):
+    """run_glue.py's AdamW (decay 0.01 except biases and LayerNorm) and 10% linear warmup."""
+    import torch
+    import transformers
+
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [{"params": [p for n, p in model.named_parameters()
+                          if not any(k in n for k in no_decay)], "weight_decay": 0.01},
+              {"params": [p for n, p in model.named_parameters()
+                          if any(k in n for k in no_decay)], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.999), eps=1e-6)
+    return optimizer, transformers.get_linear_schedule_with_warmup(
+        optimizer, int(round(0.1 * total)), total)
+
+
 def run_hf(model_dir, train, dev, args):
     import torch
     import transformers
@@ -55,16 +70,9 @@ def run_hf(model_dir, train, dev, args):
             enc["labels"] = torch.tensor(labels)
         return enc
 
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters()
-                          if not any(k in n for k in no_decay)], "weight_decay": 0.01},
-              {"params": [p for n, p in model.named_parameters()
-                          if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-6)
     steps_per_epoch = math.ceil(len(train[0]) / args.batch_size)
     total = steps_per_epoch * args.epochs
-    scheduler = transformers.get_linear_schedule_with_warmup(
-        optimizer, int(round(0.1 * total)), total)
+    optimizer, scheduler = hf_optimizer(model, args.learning_rate, total)
     rng = np.random.default_rng(args.seed)
     epoch_seconds = []
     for _ in range(args.epochs):
@@ -154,13 +162,7 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
     model.compile(optimizer=create_optimizer("adamw", args.learning_rate, total, warmup, 0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=True)
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for name, p in hf.named_parameters()
-                          if not any(k in name for k in no_decay)], "weight_decay": 0.01},
-              {"params": [p for name, p in hf.named_parameters()
-                          if any(k in name for k in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-6)
-    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
+    optimizer, scheduler = hf_optimizer(hf, args.learning_rate, total)
 
     keys = ("input_ids", "segment_ids", "input_mask")
     lengths = train_f["input_mask"].sum(-1)
@@ -210,7 +212,8 @@ def report_lockstep(losses, predictions, labels, steps_per_epoch, args):
               f"{np.abs(k[s] - h[s]).max():21.2e}")
     diff = np.abs(k - h)
     apart = np.flatnonzero(diff > 1e-3)
-    print(f"step losses agree within {diff[:10].max():.1e} over the first 10 steps; the first "
+    print(f"step losses agree within {diff[:10].max():.1e} over the first {len(diff[:10])} "
+          f"steps; the first "
           f"step more than 1e-3 apart: " + (f"{apart[0] + 1} of {len(k)}" if len(apart) else
                                            f"none of {len(k)}"))
     accuracy = {n: 100.0 * float(np.mean(p == labels)) for n, p in predictions.items()}
