@@ -125,8 +125,10 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
 
     from kbert import checkpoint as checkpoint_lib
     from kbert.finetune_tasks import get_task
+    from kbert.finetuning import PAD_TO_MULTIPLE
     from kbert.models import BertClassifier
     from kbert.optimization import create_optimizer
+    from kbert.tasks import batching
     from kbert.tokenizer import Tokenizer
 
     torch.manual_seed(args.seed)
@@ -165,7 +167,6 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
     optimizer, scheduler = hf_optimizer(hf, args.learning_rate, total)
 
     keys = ("input_ids", "segment_ids", "input_mask")
-    lengths = train_f["input_mask"].sum(-1)
     rng = np.random.default_rng(args.seed)
     losses = {"kbert": [], "hf": []}
     hf.train()
@@ -173,9 +174,9 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
         order = rng.permutation(n)
         for i in range(0, n, args.batch_size):
             idx = order[i:i + args.batch_size]
-            width = min(-(-int(lengths[idx].max()) // 16) * 16, args.max_seq_length)
-            x = {k: train_f[k][idx][:, :width] for k in keys}
-            losses["kbert"].append(float(model.train_on_batch(x, train_f["label_ids"][idx])))
+            batch = batching.take(train_f, idx, PAD_TO_MULTIPLE)
+            losses["kbert"].append(float(model.train_on_batch(
+                {k: batch[k] for k in keys}, batch["label_ids"])))
             enc = hf_tokenizer([texts[j] for j in idx], truncation=True,
                                max_length=args.max_seq_length, padding="longest",
                                return_tensors="pt")
@@ -212,15 +213,14 @@ def report_lockstep(losses, predictions, labels, steps_per_epoch, args):
               f"{np.abs(k[s] - h[s]).max():21.2e}")
     diff = np.abs(k - h)
     apart = np.flatnonzero(diff > 1e-3)
+    first_apart = f"{apart[0] + 1} of {len(k)}" if len(apart) else f"none of {len(k)}"
     print(f"step losses agree within {diff[:10].max():.1e} over the first {len(diff[:10])} "
-          f"steps; the first "
-          f"step more than 1e-3 apart: " + (f"{apart[0] + 1} of {len(k)}" if len(apart) else
-                                           f"none of {len(k)}"))
+          f"steps; the first step more than 1e-3 apart: {first_apart}")
     accuracy = {n: 100.0 * float(np.mean(p == labels)) for n, p in predictions.items()}
+    same = 100.0 * np.mean(predictions["kbert"] == predictions["hf"])
     print(f"dev accuracy: kbert {accuracy['kbert']:.2f}, HF {accuracy['hf']:.2f} "
           f"(difference {accuracy['kbert'] - accuracy['hf']:+.2f} points); the two models "
-          f"predict the same label for {100.0 * np.mean(predictions['kbert'] == predictions['hf']):.1f}% "
-          f"of the dev sentences")
+          f"predict the same label for {same:.1f}% of the dev sentences")
 
 
 def main():

@@ -197,8 +197,8 @@ class Pooler(keras.layers.Layer):
         self.hidden_size = hidden_size
         self.initializer_range = initializer_range
         self.dense = Dense(hidden_size, activation="tanh", name="dense",
-                                        kernel_initializer=initializer(initializer_range),
-                                        dtype=self.dtype_policy)
+                           kernel_initializer=initializer(initializer_range),
+                           dtype=self.dtype_policy)
 
     def build(self, sequence_shape):
         self.dense.build((sequence_shape[0], sequence_shape[-1]))

@@ -89,7 +89,8 @@ class AdamW(_ClipAcrossReplicas, keras.optimizers.AdamW):
     Example (one step from a gradient of 1e-6: Adam moves by about lr, whatever the scale):
     >>> import numpy as np
     >>> w = keras.Variable(np.zeros(1, "float32"))
-    >>> AdamW(learning_rate=0.1, epsilon=1e-6, weight_decay=0.0).apply([np.full(1, 1e-6, "float32")], [w])
+    >>> adam = AdamW(learning_rate=0.1, epsilon=1e-6, weight_decay=0.0)
+    >>> adam.apply([np.full(1, 1e-6, "float32")], [w])
     >>> round(float(-w.numpy()[0]), 4)
     0.05
     """

@@ -53,11 +53,18 @@ def batches(features, batch_size, bucket=True, shuffle=False, seed=0, pool=50, m
     step (XLA, JAX) sees a few shapes instead of one per length.
     """
     lengths = sequence_lengths(features)
-    full = np.shape(features[SEQUENCE_KEYS_OF])[-1]
     for index in length_batches(lengths, batch_size, bucket, shuffle, seed, pool):
-        width = min(-(-int(lengths[index].max()) // multiple) * multiple, full)
-        yield index, {k: (np.asarray(v)[index][..., :width] if _is_sequence(features, k)
-                          else np.asarray(v)[index]) for k, v in features.items()}
+        yield index, take(features, index, multiple, lengths)
+
+
+def take(features, index, multiple=1, lengths=None):
+    """The rows `index` of every array, sequences cut to the longest of them (rounded up to
+    `multiple`, at most the arrays' width)."""
+    lengths = sequence_lengths(features) if lengths is None else lengths
+    full = np.shape(features[SEQUENCE_KEYS_OF])[-1]
+    width = min(-(-int(lengths[index].max()) // multiple) * multiple, full)
+    return {k: (np.asarray(v)[index][..., :width] if _is_sequence(features, k)
+                else np.asarray(v)[index]) for k, v in features.items()}
 
 
 def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True,
