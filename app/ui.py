@@ -2,7 +2,7 @@
 
 import gradio as gr
 
-from app import callbacks, examples, tasks
+from app import examples, handlers, inference
 
 TITLE = "kbert playground"
 INTRO = ("BERT (Devlin et al., 2018) pre-trains a Transformer encoder on two tasks — masked "
@@ -22,7 +22,7 @@ def _fill_tab(registry, model):
                       elem_id="fill-text")
     gr.Examples(examples.FILL_MASK, inputs=[text])
     with gr.Row():
-        word = gr.Dropdown(label="Word to mask", choices=tasks.words(text.value), value=None,
+        word = gr.Dropdown(label="Word to mask", choices=inference.words(text.value), value=None,
                            elem_id="fill-word", scale=3)
         mask_btn = gr.Button("Mask this word", scale=1, elem_id="fill-mask-word")
         top_k = gr.Slider(1, 20, value=5, step=1, label="Top k", scale=2)
@@ -32,11 +32,11 @@ def _fill_tab(registry, model):
     chart = gr.Plot(label="Top-k per [MASK]", format="png")
     with gr.Accordion("Raw predictions", open=False):
         raw = gr.JSON(label="Predictions")
-    fn = callbacks.fill_mask(registry)
+    fn = handlers.fill_mask(registry)
     run.click(fn, [model, text, top_k], [raw, best, chart, message], api_name="fill_mask")
     text.submit(fn, [model, text, top_k], [raw, best, chart, message], api_visibility="private")
-    text.change(callbacks.word_choices, text, word, api_visibility="private")
-    mask_btn.click(callbacks.mask_word, [text, word], text, api_visibility="private")
+    text.change(handlers.word_choices, text, word, api_visibility="private")
+    mask_btn.click(handlers.mask_word, [text, word], text, api_visibility="private")
     return status
 
 
@@ -53,8 +53,8 @@ def _nsp_tab(registry, model):
     message = gr.Markdown(label="notice", elem_id="nsp-message")
     prob = gr.Number(label="P(IsNext)", precision=4, elem_id="nsp-prob")
     label = gr.Label(label="Prediction", num_top_classes=2)
-    rand.click(callbacks.random_sentence, b, b, api_visibility="private")
-    run.click(callbacks.next_sentence(registry), [model, a, b], [prob, label, message],
+    rand.click(handlers.random_sentence, b, b, api_visibility="private")
+    run.click(handlers.next_sentence(registry), [model, a, b], [prob, label, message],
               api_name="next_sentence")
     return status
 
@@ -78,7 +78,7 @@ def _qa_tab(registry, model):
                                    elem_id="qa-highlight")
     nbest = gr.Dataframe(headers=["rank", "answer", "score", "start", "end"], label="n-best",
                          interactive=False)
-    run.click(callbacks.answer(registry), [model, question, context, top_k],
+    run.click(handlers.answer(registry), [model, question, context, top_k],
               [text, score, highlight, nbest, null, message], api_name="answer")
     return status
 
@@ -103,12 +103,12 @@ def _attention_tab(registry, model):
                           scale=3)
         tokens = gr.Dataframe(headers=["position", "token", "id"], label="WordPiece tokens",
                               interactive=False, elem_id="att-tokens", scale=1, max_height=640)
-    fn = callbacks.attention(registry)
+    fn = handlers.attention(registry)
     inputs, outputs = [model, text, text_b, layer, head], [heatmap, tokens, message]
     run.click(fn, inputs, outputs, api_name="attention")
     for control in (layer, head):
         control.input(fn, inputs, outputs, api_visibility="private")
-    model.change(lambda name: callbacks.attention_controls(registry, name), model, [layer, head],
+    model.change(lambda name: handlers.attention_controls(registry, name), model, [layer, head],
                  api_visibility="private")
     return status
 
@@ -129,7 +129,7 @@ def build_demo(registry):
                     statuses[tab] = build(registry, model)
 
         def refresh(name):
-            return [callbacks.head_status(registry, name, tab) for tab in statuses]
+            return [handlers.head_status(registry, name, tab) for tab in statuses]
         model.change(refresh, model, list(statuses.values()), api_visibility="private")
         demo.load(refresh, model, list(statuses.values()), api_visibility="private")
     return demo

@@ -7,7 +7,7 @@ then linear decay, gradient norm clipped to 1.0, batch 32, max_seq_length 128, a
 whole dev set. HF is the plain PyTorch loop of `run_glue.py` (`BertForSequenceClassification`,
 `get_linear_schedule_with_warmup`), padding every sentence to 128 as run_glue's default
 `pad_to_max_length` does (`--hf-padding longest` pads each batch to its longest row instead).
-kbert is `kbert.finetuning.finetune` (length-bucketed batches, XLA-compiled train step;
+kbert is `kbert.finetune.finetune` (length-bucketed batches, XLA-compiled train step;
 `--no-bucketing` makes its batches as random as HF's, each still padded to its longest row).
 
     python benchmarks/finetune_vs_hf.py --init /tmp/minilm --train-examples 1000 --epochs 1
@@ -98,9 +98,9 @@ def run_hf(model_dir, train, dev, args):
 
 
 def run_kbert(init, train_path, dev_path, args):
-    from kbert import finetuning
+    from kbert import finetune
     out = os.path.join(tempfile.mkdtemp(prefix="kbert-sst2-"), "ckpt")
-    result = finetuning.finetune(
+    result = finetune.finetune(
         "sst2", init, train_path, dev_path, out, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, warmup=0.1,
         max_seq_length=args.max_seq_length, seed=args.seed,
@@ -124,11 +124,11 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
     import transformers
 
     from kbert import checkpoint as checkpoint_lib
-    from kbert.finetune_tasks import get_task
-    from kbert.finetuning import PAD_TO_MULTIPLE
+    from kbert.finetune.tasks import get_task
+    from kbert.finetune import PAD_TO_MULTIPLE
     from kbert.models import BertClassifier
-    from kbert.optimization import create_optimizer
-    from kbert.tasks import batching
+    from kbert.training.optimization import create_optimizer
+    from kbert.finetune import batching
     from kbert.tokenizer import Tokenizer
 
     torch.manual_seed(args.seed)

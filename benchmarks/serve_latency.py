@@ -145,7 +145,7 @@ def main(argv=None):
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
-    from kbert import convert, export
+    from kbert import convert, serving
 
     workdir = tempfile.mkdtemp(prefix="kbert-serve-")
     mlm, squad, what = _checkpoints(args, workdir)
@@ -158,7 +158,7 @@ def main(argv=None):
     print("|-----------|----------------------------|------:|---------:|---------:|----------:|")
     summary = []
     for task, ckpt in cases.items():
-        saved = tf.saved_model.load(export.export(ckpt, os.path.join(workdir, "sm-" + task)))
+        saved = tf.saved_model.load(serving.export(ckpt, os.path.join(workdir, "sm-" + task)))
         signature = saved.signatures[task]
         hf_dir = convert.export("hf", ckpt, os.path.join(workdir, "hf-" + task))
         if task == "fill_mask":

@@ -151,8 +151,8 @@ def train(args):
     import keras
 
     from kbert import checkpoint
-    from kbert.callbacks import StopAfter, TrainingMetrics
-    from kbert.optimization import create_optimizer
+    from kbert.training.callbacks import StopAfter, TrainingMetrics
+    from kbert.training.optimization import create_optimizer
     from kbert.training import build_pretrainer
 
     started = time.perf_counter()

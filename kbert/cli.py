@@ -163,7 +163,7 @@ def _run_pretrain(args):
 
 # --- finetune / evaluate -------------------------------------------------------------------------
 def _task_names():
-    from kbert.finetune_tasks import TASKS
+    from kbert.finetune.tasks import TASKS
     return TASKS
 
 
@@ -196,8 +196,8 @@ def _add_finetune(sub):
 
 def _run_finetune(args):
     import json
-    from kbert import finetuning
-    result = finetuning.finetune(
+    from kbert import finetune
+    result = finetune.finetune(
         args.task, args.init, args.train, args.dev, args.output, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, warmup=args.warmup,
         max_seq_length=args.max_seq_length, seed=args.seed, weight_decay=args.weight_decay,
@@ -223,8 +223,8 @@ def _add_evaluate(sub):
 
 def _run_evaluate(args):
     import json
-    from kbert import finetuning
-    scores = finetuning.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
+    from kbert import finetune
+    scores = finetune.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
                                  max_seq_length=args.max_seq_length)
     print(json.dumps(scores))
 
@@ -243,23 +243,22 @@ def _add_export(sub):
 
 
 def _run_export(args):
-    from kbert import export
-    options = export.ExportOptions(top_k=args.top_k, max_masks=args.max_masks)
-    path = export.export(args.checkpoint, args.output, version=args.version,
+    from kbert import serving
+    options = serving.ExportOptions(top_k=args.top_k, max_masks=args.max_masks)
+    path = serving.export(args.checkpoint, args.output, version=args.version,
                          signatures=args.signatures, options=options)
-    print(f"wrote {path}: signatures {', '.join(export.list_signatures(path))}")
+    print(f"wrote {path}: signatures {', '.join(serving.list_signatures(path))}")
 
 
 # --- app -----------------------------------------------------------------------------------------
 def _app_server():
-    """The playground's launcher from the source tree's `app/` (it is not part of the package)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if os.path.isdir(os.path.join(root, "app")) and root not in sys.path:
-        sys.path.append(root)
+    """The playground's launcher (`app/`, installed beside kbert); None where it is absent.
+
+    Imported on use: the playground needs gradio, which the rest of the CLI does not."""
     try:
         from app import server
     except ModuleNotFoundError as e:
-        if e.name != "app":
+        if e.name not in ("app", "app.server", "gradio"):
             raise
         return None
     return server
@@ -276,7 +275,7 @@ def _add_app(sub):
 def _run_app(args):
     server = _app_server()
     if server is None:
-        raise CliError("the playground needs the source checkout's app/ directory")
+        raise CliError("the playground needs gradio: pip install 'kbert[app]'")
     server.serve(args.model, args.models_dir, args.host, args.port, args.share, args.concurrency,
                  args.preload)
 

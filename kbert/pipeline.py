@@ -152,7 +152,7 @@ class Bert:
         empty answer ("", start = end = -1) when the null score beats the best span by more
         than the checkpoint's `null_score_diff_threshold`.
         """
-        from kbert.tasks import squad, squad_postprocess
+        from kbert.finetune import squad, squad_postprocess
 
         head = self._require("span", "answer")
         if not question or not question.strip():
@@ -191,7 +191,7 @@ class Bert:
         Words are the tokenizer's basic-tokenized words; each is labelled at its first
         WordPiece (as in training) and IOB tags are grouped into entities (conlleval rules).
         """
-        from kbert.metrics import entities
+        from kbert.finetune.metrics import entities
 
         head = self._require("tagger", "tag")
         labels = self.checkpoint.head_options["tagger"]["labels"]

@@ -6,7 +6,6 @@
 """
 
 import os
-import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -16,8 +15,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
+from helpers import SHARED_DATA  # noqa: E402
 
 
 def pytest_report_header(config):

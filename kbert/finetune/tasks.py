@@ -1,0 +1,220 @@
+"""What fine-tuning needs to know about each task: its head, its file reader, its features,
+its loss and its official scores. `kbert.finetune` runs the same loop for all of them.
+
+    GLUE (9 tasks)   classifier on [CLS] (STS-B: a regressor)   accuracy / F1 / MCC / Pearson
+    squad, squad2    span head (start and end logits)           exact match and F1
+    conll2003        tagger, each word's first piece            entity precision / recall / F1
+    swag             one score per choice                       accuracy
+
+Each task object has `read(path)`, `encode(tokenizer, data, max_seq_length, training,
+options)` → `Prepared`, `targets(prepared)` → what `fit` reads, `losses()` → `compile`
+arguments and `score(prepared, outputs, options, tune)` → (scores, head options to store).
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from kbert.finetune import glue, ner, squad, squad_postprocess, swag
+
+TASKS = tuple(glue.TASKS) + ("squad", "squad2", "conll2003", "swag")
+
+
+@dataclasses.dataclass
+class Prepared:
+    """One file ready for the model: its examples, numpy features, and the mapping back."""
+    data: object       # the examples (a SquadData for SQuAD)
+    features: dict     # input_ids, segment_ids, input_mask (+ labels) [N, ...]
+    extra: object = None
+
+
+def _sparse_ce():
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+class GlueTask:
+    head, sequence_output, max_seq_length = "classifier", False, 128
+
+    def __init__(self, name):
+        self.name, self.task = name, glue.get_task(name)
+        self.metric = self.task.main_metric
+
+    def read(self, path):
+        return glue.read_glue(self.task, path)
+
+    def head_of(self, data, n):
+        return data[:n]
+
+    def size(self, prepared):
+        return len(prepared.data)
+
+    def head_options(self, data):
+        if self.task.is_regression:
+            return {"task": self.name, "problem": "regression", "num_labels": 1}
+        return {"task": self.name, "problem": "classification", "labels": list(self.task.labels)}
+
+    def check_options(self, options, where):
+        expected = self.head_options([])
+        if options.get("problem", "classification") != expected["problem"] or \
+                options.get("labels") and options["labels"] != expected.get("labels"):
+            raise ValueError(f"checkpoint {where}: its classifier predicts "
+                             f"{options.get('labels') or options.get('problem')}, not "
+                             f"{self.name}'s {expected.get('labels') or expected['problem']}")
+
+    def encode(self, tokenizer, data, max_seq_length, training, options):
+        features, _ = glue.encode_glue(tokenizer, self.task, data, max_seq_length)
+        return Prepared(data, features)
+
+    def targets(self, prepared):
+        return prepared.features, "label_ids", None
+
+    def losses(self):
+        loss = keras.losses.MeanSquaredError() if self.task.is_regression else _sparse_ce()
+        return {"loss": loss}
+
+    def score(self, prepared, outputs, options, tune=False):
+        return glue.evaluate_glue(self.task, prepared.data, outputs), options
+
+
+class SquadTask:
+    head, sequence_output, max_seq_length, metric = "span", True, 384, "f1"
+
+    def __init__(self, name):
+        self.name, self.version_2 = name, name == "squad2"
+
+    def read(self, path):
+        return squad.read_squad(path)
+
+    def head_of(self, data, n):
+        return dataclasses.replace(data, examples=data.examples[:n])
+
+    def size(self, prepared):
+        return len(prepared.data.examples)
+
+    def head_options(self, data):
+        return {"version": "2.0" if self.version_2 else "1.1", "null_score_diff_threshold": 0.0}
+
+    def check_options(self, options, where):
+        pass
+
+    def encode(self, tokenizer, data, max_seq_length, training, options):
+        encoded = squad.encode_squad(tokenizer, data.examples, is_training=training,
+                                     max_seq_length=max_seq_length)
+        return Prepared(data, encoded.features, encoded)
+
+    def targets(self, prepared):
+        f = prepared.features
+        features = {k: f[k] for k in ("input_ids", "segment_ids", "input_mask")}
+        features.update(start_logits=f["start_positions"], end_logits=f["end_positions"])
+        return features, ("start_logits", "end_logits"), None
+
+    def losses(self):
+        # The paper's loss: the mean of the start and end cross-entropies.
+        return {"loss": {"start_logits": _sparse_ce(), "end_logits": _sparse_ce()},
+                "loss_weights": {"start_logits": 0.5, "end_logits": 0.5}}
+
+    def score(self, prepared, outputs, options, tune=False):
+        from kbert.finetune import metrics
+        threshold = float(options.get("null_score_diff_threshold", 0.0))
+        result = squad_postprocess.postprocess(
+            prepared.data.examples, prepared.extra, outputs["start_logits"],
+            outputs["end_logits"], version_2=self.version_2, null_score_diff_threshold=threshold)
+        if not self.version_2:
+            return metrics.squad_v1_1(prepared.data.dataset, result.predictions), options
+        predictions = result.predictions
+        if tune:
+            threshold, _ = squad_postprocess.tune_null_threshold(prepared.data, result)
+            predictions = squad_postprocess.apply_null_threshold(result, threshold)
+            options = {**options, "null_score_diff_threshold": float(threshold)}
+        raw = metrics.squad_v2_0(prepared.data.dataset, predictions)
+        keys = ("exact_match", "f1", "HasAns_f1", "NoAns_f1")
+        return {k: raw[k] for k in keys if k in raw}, options
+
+
+class ConllTask:
+    name, head, sequence_output, max_seq_length, metric = "conll2003", "tagger", True, 128, "f1"
+
+    def read(self, path):
+        return ner.read_conll(path, scheme="iob2")
+
+    def head_of(self, data, n):
+        return data[:n]
+
+    def size(self, prepared):
+        return len(prepared.data)
+
+    def head_options(self, data):
+        found = {t for s in data for t in s.tags}
+        labels = ner.CONLL2003_LABELS if found <= set(ner.CONLL2003_LABELS) else \
+            ner.label_list(data)
+        return {"labels": list(labels)}
+
+    def check_options(self, options, where):
+        if not options.get("labels"):
+            raise ValueError(f"checkpoint {where}: its tagger head has no labels")
+
+    def encode(self, tokenizer, data, max_seq_length, training, options):
+        encoded = ner.encode_ner(tokenizer, data, options["labels"], max_seq_length)
+        return Prepared(data, encoded.features, encoded)
+
+    def targets(self, prepared):
+        # Only a word's first piece is trained on: weight 1 there, 0 elsewhere (label -100).
+        f = dict(prepared.features)
+        f["label_ids"] = np.maximum(f["label_ids"], 0)
+        return f, "label_ids", "label_weights"
+
+    def losses(self):
+        return {"loss": keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="mean_with_sample_weight")}
+
+    def score(self, prepared, outputs, options, tune=False):
+        tags = ner.predictions_to_tags(outputs, prepared.extra, options["labels"])
+        return ner.evaluate_ner(prepared.data, tags), options
+
+
+class SwagTask:
+    name, head, sequence_output, max_seq_length, metric = "swag", "choice", False, 128, \
+        "accuracy"
+
+    def read(self, path):
+        return swag.read_swag(path)
+
+    def head_of(self, data, n):
+        return data[:n]
+
+    def size(self, prepared):
+        return len(prepared.data)
+
+    def head_options(self, data):
+        return {"num_choices": swag.NUM_CHOICES}
+
+    def check_options(self, options, where):
+        pass
+
+    def encode(self, tokenizer, data, max_seq_length, training, options):
+        features, _ = swag.encode_swag(tokenizer, data, max_seq_length)
+        return Prepared(data, features)
+
+    def targets(self, prepared):
+        return prepared.features, "label_ids", None
+
+    def losses(self):
+        return {"loss": _sparse_ce()}
+
+    def score(self, prepared, outputs, options, tune=False):
+        return swag.evaluate_swag(prepared.data, outputs), options
+
+
+def get_task(name):
+    """The task object for a TASK name (`sst2`, `squad2`, `conll2003`, ...)."""
+    key = str(name).lower()
+    if key in ("squad", "squad2"):
+        return SquadTask(key)
+    if key == "conll2003":
+        return ConllTask()
+    if key == "swag":
+        return SwagTask()
+    if key in glue.TASKS:
+        return GlueTask(key)
+    raise ValueError(f"unknown task {name!r}; choose one of {' '.join(TASKS)}")

@@ -1,0 +1,160 @@
+"""`kbert export`: a TensorFlow SavedModel for TF Serving — raw UTF-8 strings in, answers out.
+
+    DIR/<version>/saved_model.pb, variables/, assets/vocab.txt
+
+Tokenization (`kbert.tokenizer`, tf-text ops), packing and post-processing run in the graph,
+with ops TF Serving 2.20 ships (TF core + TF Text 2.20), and give `kbert.load(CKPT)`'s answers.
+Inputs are [B] string tensors; outputs (each signature only where the checkpoint has the head):
+
+    fill_mask(text)            tokens, token_ids, scores [B, M, K]: the top-K fillers of the first
+                               M [MASK]s ("", -1, 0.0 past the masks); num_masks [B]: all found
+    next_sentence(sentence_a, sentence_b)     is_next [B], logits [B, 2]
+    answer(question, context)  text, score, start, end [B]: the best answer (character offsets,
+                               end exclusive); top_text, top_score, top_start, top_end [B, K]
+    classify(text), classify_pair(text, text_pair)
+                               probabilities [B, L], labels [B, L], label [B] (regression: score)
+    tag(text)                  entity_text, entity_label, entity_start, entity_end,
+                               entity_score [B, E] (padded with "", -1, 0.0), num_entities [B]
+    embed(text)                cls, mean [B, H]
+    <name>_ids(input_ids, segment_ids, input_mask)   int32 [B, T] → the head's logits
+    serving_default            the checkpoint's main task (answer, classify, tag, fill_mask,
+                               next_sentence or embed, the first present)
+
+Keras variables of any backend load from the checkpoint's safetensors; the graph is traced with
+the TensorFlow backend, so another backend's process re-runs the export in a subprocess.
+"""
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+MAIN_ORDER = ("answer", "classify", "tag", "fill_mask", "next_sentence", "embed")
+HEAD_OF = {"fill_mask": "mlm", "next_sentence": "nsp", "answer": "span", "classify": "classifier",
+           "classify_pair": "classifier", "tag": "tagger", "embed": None}
+
+
+@dataclasses.dataclass
+class ExportOptions:
+    top_k: int = 5                # fillers per mask, answers per question
+    max_masks: int = 5            # [MASK]s answered per text (M)
+    answer_seq_length: int = 384  # SQuAD window, as `Bert.answer`
+    doc_stride: int = 128
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    n_best: int = 20
+    window_batch: int = 32        # windows per model call inside `answer`
+
+
+class ExportError(ValueError):
+    """A checkpoint that cannot be exported as asked."""
+
+
+def signatures_for(heads):
+    """The string signatures a checkpoint with these heads gets, in MAIN_ORDER first."""
+    names = [n for n in HEAD_OF if HEAD_OF[n] is None or HEAD_OF[n] in heads]
+    return sorted(names, key=lambda n: MAIN_ORDER.index(n) if n in MAIN_ORDER else 99)
+
+
+def export(checkpoint_dir, output, version=1, signatures=None, options=None):
+    """Writes the SavedModel of checkpoint `checkpoint_dir` to `output/<version>/`.
+
+    signatures: the string signatures to write (default: every one the heads allow).
+    Returns the version directory.
+    """
+    from kbert import checkpoint as checkpoint_lib
+
+    options = options or ExportOptions()
+    if not os.path.isdir(checkpoint_dir):
+        raise checkpoint_lib.CheckpointError(f"checkpoint directory not found: {checkpoint_dir}")
+    if int(version) < 1:
+        raise ExportError(f"version must be a positive integer, got {version}")
+    import keras
+    if keras.backend.backend() != "tensorflow":
+        return _export_in_subprocess(checkpoint_dir, output, version, signatures, options)
+
+    ckpt = checkpoint_lib.load(checkpoint_dir)
+    available = signatures_for(ckpt.heads)
+    names = list(signatures or available)
+    for name in names:
+        if name not in HEAD_OF:
+            raise ExportError(f"unknown signature {name!r}; choose from {', '.join(HEAD_OF)}")
+        if name not in available:
+            raise ExportError(f"checkpoint {checkpoint_dir} has no '{HEAD_OF[name]}' head for "
+                              f"the {name} signature (it has: {', '.join(ckpt.heads) or 'none'})")
+    if not names:
+        raise ExportError(f"checkpoint {checkpoint_dir}: no exportable head")
+    return _write(ckpt, names, output, int(version), options)
+
+
+def _write(ckpt, names, output, version, options):
+    import tensorflow as tf
+
+    from kbert.serving.signatures import Signatures
+
+    sig = Signatures(ckpt, options)
+    root = tf.Module()
+    root.weights = sig.variables
+    root.wordpiece = sig.tokenizer._wordpiece             # its vocabulary table
+    root.vocab = tf.saved_model.Asset(os.path.join(ckpt.path, "vocab.txt"))
+    functions = {}
+    for name in names:
+        functions[name] = sig.concrete(name)
+        ids_name = f"{name}_ids"
+        if name != "classify_pair" and ids_name not in functions:
+            functions[ids_name] = sig.concrete(ids_name)
+    functions["serving_default"] = functions[next(n for n in MAIN_ORDER if n in functions)]
+
+    output = os.path.abspath(output)
+    os.makedirs(output, exist_ok=True)
+    target = os.path.join(output, str(version))
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=output)  # not numeric: Serving skips it
+    try:
+        tf.saved_model.save(root, tmp, signatures=functions)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _export_in_subprocess(checkpoint_dir, output, version, signatures, options):
+    """Re-runs `kbert export` with KERAS_BACKEND=tensorflow (the graph needs TF's backend)."""
+    command = [sys.executable, "-m", "kbert", "export", checkpoint_dir, "--output", output,
+               "--version", str(version), "--top-k", str(options.top_k),
+               "--max-masks", str(options.max_masks)]
+    if signatures:
+        command += ["--signatures", *signatures]
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines() or ["failed"]
+        raise ExportError(lines[-1].split("error: ", 1)[-1])
+    return os.path.join(os.path.abspath(output), str(version))
+
+
+def graph_ops(saved_model_dir):
+    """{op name} used anywhere in a SavedModel: its graph and every function in its library."""
+    ops = set()
+    for meta in _saved_model_proto(saved_model_dir).meta_graphs:
+        ops.update(node.op for node in meta.graph_def.node)
+        for function in meta.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+    return ops
+
+
+def _saved_model_proto(saved_model_dir):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        return saved_model_pb2.SavedModel.FromString(f.read())
+
+
+def list_signatures(saved_model_dir):
+    """The signature names of a written SavedModel."""
+    names = _saved_model_proto(saved_model_dir).meta_graphs[0].signature_def
+    return sorted(n for n in names if not n.startswith("__"))

@@ -1,0 +1,194 @@
+"""The bodies of the exported signatures (see `kbert.export` for their inputs and outputs).
+
+Each mirrors the `kbert.pipeline.Bert` method of the same name: the same tokenization (with
+`[MASK]` read as the mask token where `Bert` uses `Tokenizer.encode`), the same truncation to
+the encoder's `max_position_embeddings`, the same post-processing.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from kbert.serving import squad_graph
+from kbert.serving.graph_ops import (char_offset, chunk_tables, cut, group_entities, mask_positions,
+                                pack)
+from kbert.tokenizer import Tokenizer
+
+INPUTS = {
+    "fill_mask": ("text",), "next_sentence": ("sentence_a", "sentence_b"),
+    "answer": ("question", "context"), "classify": ("text",),
+    "classify_pair": ("text", "text_pair"), "tag": ("text",), "embed": ("text",),
+}
+
+
+class Signatures:
+    """Builds the signature functions of a loaded `kbert.checkpoint.Checkpoint`."""
+
+    def __init__(self, ckpt, options):
+        self.ckpt, self.options = ckpt, options
+        self.backbone, self.heads = ckpt.backbone, ckpt.heads
+        self.tokenizer = tok = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
+        self.special = (tok.cls_id, tok.sep_id, tok.pad_id)
+        self.max_seq_length = ckpt.config.max_position_embeddings
+        seen, self.variables = set(), []
+        for layer in [self.backbone, *self.heads.values()]:
+            for v in layer.weights:
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    self.variables.append(v)
+
+    def concrete(self, name):
+        """The concrete function of signature `name` (a string one or `<task>_ids`)."""
+        fn = getattr(self, name)
+        if name.endswith("_ids"):
+            specs = [tf.TensorSpec([None, None], tf.int32, name=n)
+                     for n in ("input_ids", "segment_ids", "input_mask")]
+        else:
+            specs = [tf.TensorSpec([None], tf.string, name=n) for n in INPUTS[name]]
+        return tf.function(fn, autograph=False).get_concrete_function(*specs)
+
+    # --- shared steps -------------------------------------------------------------------------
+    def _encode(self, features):
+        return self.backbone(features, training=False)
+
+    def _tokenize(self, texts):
+        return self.tokenizer.tokenize(texts, mask_literal=True)
+
+    def _pack(self, first, second=None):
+        return pack(self.special, first, second, self.max_seq_length)
+
+    @staticmethod
+    def _features(input_ids, segment_ids, input_mask):
+        return {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask}
+
+    # --- string signatures --------------------------------------------------------------------
+    def fill_mask(self, text):
+        tok, options = self.tokenizer, self.options
+        ids = self._tokenize(text)
+        features = self._pack(ids)
+        positions, valid = mask_positions(features["input_ids"], tok.mask_id, options.max_masks)
+        logits = self.heads["mlm"](self._encode(features)["sequence_output"], positions)
+        probs = tf.nn.softmax(logits, -1)                                        # [B, M, V]
+        scores, best = tf.math.top_k(probs, min(options.top_k, tok.vocab_size))  # [B, M, K]
+        valid = tf.broadcast_to(valid[:, :, None], tf.shape(best))
+        return {
+            "tokens": tf.where(valid, tf.gather(tf.constant(tok.vocab), best), ""),
+            "token_ids": tf.where(valid, best, -1),
+            "scores": tf.where(valid, scores, 0.0),
+            "num_masks": tf.reduce_sum(tf.cast(tf.equal(ids, tok.mask_id), tf.int32), 1),
+        }
+
+    def next_sentence(self, sentence_a, sentence_b):
+        features = self._pack(self._tokenize(sentence_a), self._tokenize(sentence_b))
+        logits = self.heads["nsp"](self._encode(features)["pooled_output"])
+        return {"is_next": tf.nn.softmax(logits, -1)[:, 0], "logits": logits}
+
+    def _classify(self, features):
+        logits = self.heads["classifier"](self._encode(features)["pooled_output"])
+        options = self.ckpt.head_options.get("classifier", {})
+        if options.get("problem") == "regression":
+            return {"score": logits[:, 0]}
+        labels = options.get("labels") or [f"LABEL_{i}" for i in range(logits.shape[-1])]
+        labels = tf.constant(labels)
+        probs = tf.nn.softmax(logits, -1)
+        return {"probabilities": probs, "label": tf.gather(labels, tf.argmax(probs, -1)),
+                "labels": tf.broadcast_to(labels[None, :], tf.shape(probs))}
+
+    def classify(self, text):
+        return self._classify(self._pack(self._tokenize(text)))
+
+    def classify_pair(self, text, text_pair):
+        return self._classify(self._pack(self._tokenize(text), self._tokenize(text_pair)))
+
+    def embed(self, text):
+        features = self._pack(self._tokenize(text))
+        sequence = self._encode(features)["sequence_output"]                     # [B, T, H]
+        mask = tf.cast(features["input_mask"], sequence.dtype)[:, :, None]
+        mean = tf.reduce_sum(sequence * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1e-9)
+        return {"cls": sequence[:, 0], "mean": mean}
+
+    def tag(self, text):
+        tok = self.tokenizer
+        labels = self.ckpt.head_options["tagger"]["labels"]
+        ids, starts, ends = (x[:, :self.max_seq_length - 2]
+                             for x in tok.tokenize_with_offsets(text))
+        features = self._pack(ids)
+        logits = self.heads["tagger"](self._encode(features)["sequence_output"])  # [B, T, C]
+        probs = tf.nn.softmax(logits, -1)
+        row = ids.value_rowids()                                                 # flat tokens
+        position = tf.ragged.range(ids.row_lengths()).flat_values
+        token_probs = tf.gather_nd(probs, tf.stack([row, position + 1], 1))     # after [CLS]
+        continuation = tf.constant(np.array([t.startswith("##") for t in tok.vocab]))
+        first = (position == 0) | ~tf.gather(continuation, ids.flat_values)
+        word = tf.cumsum(tf.cast(first, tf.int64)) - 1
+        n_words = tf.reduce_sum(tf.cast(first, tf.int64))
+        last_token = tf.math.unsorted_segment_max(tf.range(tf.size(word, out_type=tf.int64)),
+                                                  word, n_words)
+        word_probs = tf.boolean_mask(token_probs, first)                         # [words, C]
+        word_label = tf.argmax(word_probs, -1)
+        word_row = tf.boolean_mask(row, first)
+        begin, last, kind = group_entities(chunk_tables(labels), word_label, word_row)
+        entity_row = tf.gather(word_row, last)
+        byte_start = tf.gather(tf.boolean_mask(starts.flat_values, first), begin)
+        byte_end = tf.gather(ends.flat_values, tf.gather(last_token, last))
+        running = tf.concat([[0.0], tf.cumsum(tf.cast(tf.reduce_max(word_probs, -1),
+                                                      tf.float64))], 0)
+        score = ((tf.gather(running, last + 1) - tf.gather(running, begin))
+                 / tf.cast(last - begin + 1, tf.float64))
+        texts = tf.gather(text, entity_row)
+        nrows = tf.size(text, out_type=tf.int64)
+
+        def padded(values, fill):
+            ragged = tf.RaggedTensor.from_value_rowids(values, entity_row, nrows=nrows)
+            return ragged.to_tensor(tf.cast(fill, values.dtype))
+        return {
+            "entity_text": padded(cut(texts, byte_start, byte_end), ""),
+            "entity_label": padded(kind, ""),
+            "entity_start": padded(tf.cast(char_offset(texts, byte_start), tf.int32), -1),
+            "entity_end": padded(tf.cast(char_offset(texts, byte_end), tf.int32), -1),
+            "entity_score": padded(tf.cast(score, tf.float32), 0.0),
+            "num_entities": tf.cast(tf.math.bincount(tf.cast(entity_row, tf.int32),
+                                                     minlength=tf.cast(nrows, tf.int32),
+                                                     maxlength=tf.cast(nrows, tf.int32)),
+                                    tf.int32),
+        }
+
+    def answer(self, question, context):
+        tok = self.tokenizer
+        options = self.ckpt.head_options.get("span", {})
+        span_head = self.heads["span"]
+
+        def run(features):
+            return span_head(self._encode(features)["sequence_output"])
+
+        context_ids, starts, ends = tok.tokenize_with_offsets(context)
+        seq_length = min(self.options.answer_seq_length, self.max_seq_length)
+        return squad_graph.answer(
+            run, self.special, tok.tokenize(question), context_ids, context, (starts, ends),
+            self.options, seq_length, version_2=str(options.get("version", "1.1")) == "2.0",
+            threshold=float(options.get("null_score_diff_threshold", 0.0)))
+
+    # --- token-id signatures ------------------------------------------------------------------
+    def fill_mask_ids(self, input_ids, segment_ids, input_mask):
+        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        return {"logits": self.heads["mlm"](out["sequence_output"])}            # [B, T, V]
+
+    def next_sentence_ids(self, input_ids, segment_ids, input_mask):
+        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        return {"logits": self.heads["nsp"](out["pooled_output"])}
+
+    def answer_ids(self, input_ids, segment_ids, input_mask):
+        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        start, end = self.heads["span"](out["sequence_output"])
+        return {"start_logits": start, "end_logits": end}
+
+    def classify_ids(self, input_ids, segment_ids, input_mask):
+        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        return {"logits": self.heads["classifier"](out["pooled_output"])}
+
+    def tag_ids(self, input_ids, segment_ids, input_mask):
+        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        return {"logits": self.heads["tagger"](out["sequence_output"])}
+
+    def embed_ids(self, input_ids, segment_ids, input_mask):
+        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        return {"sequence_output": out["sequence_output"], "pooled_output": out["pooled_output"]}

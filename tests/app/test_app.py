@@ -1,0 +1,259 @@
+"""The playground: its API through gradio_client, and its tabs in a real headless browser.
+
+The app runs in this process on a free loopback port, over the shipped checkpoints in
+saved_models/ that have the heads each tab needs, and tiny random ones for the heads none has.
+Browser screenshots go to test-artifacts/.
+"""
+
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+from helpers import tiny_vocab
+
+ARTIFACTS = REPO / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+EIFFEL = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
+          "It was built from 1887 to 1889.")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tiny(path, kind, **head_options):
+    import kbert
+    from kbert import BertConfig, checkpoint
+    max_len = 64 if kind == "mlm" else 128   # short enough to test truncation cheaply
+    config = BertConfig.preset("tiny", vocab_size=120, max_position_embeddings=max_len)
+    model = kbert.BertPretrainer(config) if kind == "mlm" else kbert.BertQuestionAnswerer(config)
+    checkpoint.save(path, model, vocab=tiny_vocab(size=120), head_options=head_options)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(url, {head: model name}, registry) of a running app."""
+    from app import registry as registry_lib, server
+    shipped = registry_lib.discover(REPO / "saved_models")
+    tmp = tmp_path_factory.mktemp("app")
+    extra = []
+    if not any({"mlm", "nsp"} <= set(i["heads"]) for i in shipped.values()):
+        extra.append(_tiny(tmp / "tiny-mlm-nsp", "mlm"))
+    if not any("span" in i["heads"] for i in shipped.values()):
+        extra.append(_tiny(tmp / "tiny-squad2", "span", span={"version": "2.0"}))
+    port = _free_port()
+    demo, registry = server.serve(extra, REPO / "saved_models", port=port, preload=True,
+                                  block=False)
+    names = {head: registry.with_head(head)[0] for head in ("mlm", "nsp", "span")}
+    yield f"http://127.0.0.1:{port}/", names, registry
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    from gradio_client import Client
+    return Client(served[0], verbose=False)
+
+
+def _shipped(registry, name):
+    return os.path.dirname(registry.info(name)["path"]) == str(REPO / "saved_models")
+
+
+# --- API -----------------------------------------------------------------------------------------
+def test_fill_mask_api(served, client):
+    _, names, registry = served
+    masks, best, plot, notice = client.predict(
+        names["mlm"], "The man went to the [MASK]. He bought a [MASK] of milk.", 5,
+        api_name="/fill_mask")
+    assert len(masks) == 2 and all(len(r) == 5 for r in masks) and notice == ""
+    for ranked in masks:
+        scores = [r["score"] for r in ranked]
+        assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1 + 1e-6
+    assert "[MASK]" not in best and best.startswith("The man went to the ")
+    assert plot["type"] == "matplotlib" and plot["plot"].startswith("data:image/png")
+    if _shipped(registry, names["mlm"]):
+        # The shipped model is lightly trained (see its model card): an easy cloze, not trivia.
+        states = client.predict(names["mlm"], "The United [MASK] of America.", 5,
+                                api_name="/fill_mask")[0][0]
+        assert states[0]["token"] == "states"
+
+
+def test_next_sentence_api(served, client):
+    _, names, registry = served
+    real, label, notice = client.predict(names["nsp"], "The man went to the store.",
+                                         "He bought a gallon of milk.", api_name="/next_sentence")
+    assert 0.0 <= real <= 1.0 and notice == ""
+    assert {c["label"] for c in label["confidences"]} == {"IsNext", "NotNext"}
+    if _shipped(registry, names["nsp"]):
+        random_b = client.predict(names["nsp"], "The man went to the store.",
+                                  "Penguins are flightless birds.", api_name="/next_sentence")[0]
+        assert real > 0.5 > random_b
+
+
+def test_answer_api(served, client):
+    _, names, registry = served
+    text, score, spans, nbest, null, notice = client.predict(
+        names["span"], "Where is the Eiffel Tower?", EIFFEL, 3, api_name="/answer")
+    assert "".join(s["token"] for s in spans) == EIFFEL and notice == ""
+    rows = nbest["data"]
+    assert 1 <= len(rows) <= 3 and rows[0][2] == pytest.approx(score, abs=1e-4)
+    for _, answer, _, start, end in rows:
+        assert answer == "(no answer)" or EIFFEL[start:end] == answer
+    if registry.info(names["span"])["span"].get("version") == "2.0":
+        assert null.startswith("No-answer score")
+    if _shipped(registry, names["span"]):
+        assert "Paris" in text or "Champ de Mars" in text
+    long_context = " ".join([EIFFEL] * 60)   # far past one window: read in windows
+    out = client.predict(names["span"], "When was it built?", long_context, 3, api_name="/answer")
+    assert "overlapping windows" in out[-1] and out[0]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("   ", "is empty"),
+    ("no mask at all", "has no [MASK]"),
+    (" ".join(["[MASK]"] * 11), "at most 10"),
+])
+def test_bad_fill_mask_input_gives_a_message(served, client, text, expected):
+    masks, best, plot, notice = client.predict(served[1]["mlm"], text, 5, api_name="/fill_mask")
+    assert masks is None and notice.startswith("⚠️") and expected in notice
+    assert "Traceback" not in notice
+
+
+def test_long_and_unicode_inputs(served, client):
+    name = served[1]["mlm"]
+    max_len = served[2].info(name)["max_len"]
+    masks, best, _, notice = client.predict(name, "[MASK] " + "the dog " * max_len, 3,
+                                            api_name="/fill_mask")
+    assert len(masks) == 1 and "cut off" in notice
+    masks, best, _, notice = client.predict(name, "日本語 😀 é\u200b [MASK] ! \x00 ﬁ", 3,
+                                            api_name="/fill_mask")
+    assert len(masks) == 1 and not notice.startswith("⚠️")
+
+
+def test_a_model_without_the_head_is_named(served, client):
+    _, names, registry = served
+    lacking = next((n for n in registry.names if "span" not in registry.info(n)["heads"]), None)
+    if lacking is None:
+        pytest.skip("every checkpoint has a span head")
+    out = client.predict(lacking, "Who?", EIFFEL, 3, api_name="/answer")
+    assert out[0] is None and f"'{lacking}' has no span" in out[-1]
+
+
+def test_attention_api(served, client):
+    name = served[1]["mlm"]
+    plot, tokens, notice = client.predict(name, "The cat sat on the mat.", "", "1", "mean",
+                                          api_name="/attention")
+    rows = tokens["data"]
+    assert rows[0][1] == "[CLS]" and rows[-1][1] == "[SEP]" and plot["plot"]
+
+
+@pytest.mark.multibackend
+def test_every_tab_runs_on_this_backend(tmp_path):
+    from app import inference
+    from app.registry import Registry, discover
+    _tiny(tmp_path / "mlm", "mlm")
+    _tiny(tmp_path / "qa", "span")
+    registry = Registry(discover(tmp_path))
+    masks = inference.fill_mask(registry, "mlm", "the [MASK] sat on the [MASK] .", 3)["masks"]
+    assert [len(r) for r in masks] == [3, 3]
+    assert 0 <= inference.next_sentence(registry, "mlm", "a dog .", "a cat .")["is_next"] <= 1
+    best = inference.answer(registry, "qa", "who ?", "the man went to the store .", 2)["answers"]
+    assert len(best) == 2
+    out = inference.attention(registry, "qa", "the man went", "he sat", "2", "1")
+    assert out["matrix"].shape == (len(out["tokens"]),) * 2
+    assert abs(out["matrix"].sum(-1) - 1).max() < 1e-4   # each row a distribution
+
+
+def test_an_unloadable_checkpoint_is_a_message(tmp_path):
+    from app.registry import InputError, Registry, discover
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text('{"hidden_size": 8, "heads": {"mlm": {}}}')
+    registry = Registry(discover(tmp_path))
+    assert registry.names == ["broken"] and registry.with_head("mlm") == ["broken"]
+    with pytest.raises(InputError, match="Could not load the model 'broken'"):
+        registry.get("broken")
+
+
+def test_defaults_bind_loopback_without_share_and_import_is_light():
+    from app import server
+    args = server.add_arguments(argparse.ArgumentParser()).parse_args([])
+    assert (args.host, args.port, args.share) == ("127.0.0.1", 7860, False)
+    code = "import sys, app.server, app.ui; sys.exit('tensorflow' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
+
+
+# --- browser -------------------------------------------------------------------------------------
+def _browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed")
+    return sync_api
+
+
+def _pick_model(page, name):
+    page.locator("#model input").click()
+    page.get_by_role("option", name=name, exact=True).click()
+
+
+def test_tabs_in_a_headless_browser(served):
+    sync_api = _browser()
+    url, names, registry = served
+    ARTIFACTS.mkdir(exist_ok=True)
+    expect = sync_api.expect
+    expect.set_options(timeout=30_000)   # a slow shared CI machine, not a slow app
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1200, "height": 1000})
+        page.set_default_timeout(30_000)
+        page.goto(url)
+
+        _pick_model(page, names["mlm"])
+        page.locator("#fill-text textarea").fill("The man went to the store to buy milk.")
+        page.locator("#fill-word input").click()
+        page.get_by_role("option", name="store (word 6)").click()
+        page.locator("#fill-mask-word").click()
+        expect(page.locator("#fill-text textarea")).to_have_value(
+            "The man went to the [MASK] to buy milk.")
+        page.locator("#fill-run").click()
+        best = page.locator("#fill-best textarea")
+        expect(best).to_have_value(re.compile(r"^The man went to the \S+ to buy milk"))
+        page.screenshot(path=ARTIFACTS / "fill_mask.png", full_page=True)
+
+        page.get_by_role("tab", name="Next sentence").click()
+        page.locator("#nsp-random").click()
+        page.locator("#nsp-run").click()
+        expect(page.locator("#nsp-prob input")).to_have_value(re.compile(r"^0?\.\d|^1"))
+        page.screenshot(path=ARTIFACTS / "next_sentence.png", full_page=True)
+
+        page.get_by_role("tab", name="Question answering").click()
+        _pick_model(page, names["span"])
+        page.locator("#qa-question textarea").fill("Where is the Eiffel Tower?")
+        page.locator("#qa-context textarea").fill(EIFFEL)
+        page.locator("#qa-run").click()
+        expect(page.locator("#qa-answer textarea")).not_to_have_value("")
+        expect(page.locator("#qa-highlight")).to_contain_text("Champ de Mars")
+        page.screenshot(path=ARTIFACTS / "question_answering.png", full_page=True)
+
+        page.get_by_role("tab", name="Attention").click()
+        page.locator("#att-run").click()
+        expect(page.locator("#att-plot img")).to_be_visible()
+        expect(page.locator("#att-tokens")).to_contain_text("[CLS]")
+        page.screenshot(path=ARTIFACTS / "attention.png", full_page=True)
+
+        if "mlm" not in registry.info(names["span"])["heads"]:   # the fill tab says why not
+            page.get_by_role("tab", name="Fill mask").click()
+            expect(page.get_by_text("has no masked-LM (fill-mask) head")).to_be_visible()
+            page.locator("#fill-run").click()
+            expect(page.locator("#fill-message")).to_contain_text("has no masked-LM")
+        browser.close()

@@ -1,0 +1,273 @@
+"""Fine-tuning and evaluation on tiny models and tiny data: learning, best-epoch keeping, the
+CLI's JSON line, SQuAD, CoNLL-2003, and clear errors on bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from keras import ops
+
+import kbert
+from kbert import BertConfig, checkpoint, cli, finetune
+from kbert.finetune.tasks import get_task
+from kbert.tokenizer import Tokenizer
+from helpers import REPO
+from helpers import tiny_vocab
+
+NOUNS = "man dog cat fox store milk mat paris france".split()
+FAST = dict(batch_size=8, warmup=0.1, verbose=False, jit_compile=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_init(tmp_path_factory):
+    """A randomly initialised tiny encoder (no heads), saved as a checkpoint."""
+    path = tmp_path_factory.mktemp("init") / "tiny"
+    config = BertConfig.preset("tiny", vocab_size=len(tiny_vocab()), max_position_embeddings=64,
+                               dropout=0.0, attention_dropout=0.0)
+    checkpoint.save(path, kbert.BertBackbone(config), vocab=tiny_vocab())
+    return str(path)
+
+
+def _keyword_rows(n, seed):
+    """Sentences of random words; label 1 iff "good" appears — learnable from one token."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        words = list(rng.choice(NOUNS + ["the", "a", "sat", "on"], size=rng.integers(3, 9)))
+        if i % 2:
+            words.insert(rng.integers(0, len(words) + 1), "good")
+        rows.append((" ".join(words), i % 2))
+    return rows
+
+
+def _write_sst2(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def keyword_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sst2")
+    return _write_sst2(d / "train.tsv", _keyword_rows(96, 0)), \
+        _write_sst2(d / "dev.tsv", _keyword_rows(32, 1))
+
+
+@pytest.fixture(scope="module")
+def keyword_model(tiny_init, keyword_files, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("ft") / "sst2")
+    result = finetune.finetune("sst2", tiny_init, *keyword_files, out, epochs=5,
+                                 learning_rate=1e-3, seed=0, **FAST)
+    return out, result
+
+
+@pytest.mark.multibackend
+def test_finetuning_learns_a_keyword_task(tiny_init, keyword_files, keyword_model):
+    ckpt = checkpoint.load(tiny_init)
+    ckpt.heads = {"classifier": checkpoint.make_head("classifier", ckpt.backbone,
+                                                     {"labels": ["0", "1"]})}
+    ckpt.head_options = {"classifier": {"labels": ["0", "1"], "problem": "classification"}}
+    before = finetune.evaluate("sst2", ckpt, keyword_files[1])["accuracy"]
+    out, result = keyword_model
+    after = finetune.evaluate("sst2", out, keyword_files[1])
+    assert after == result.best_scores
+    assert after["accuracy"] >= 90.0 and after["accuracy"] > before + 20, (before, after)
+    assert [h["epoch"] for h in result.history] == [1, 2, 3, 4, 5]
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["heads"] == {"classifier": {"task": "sst2", "problem": "classification",
+                                              "labels": ["0", "1"]}}
+    m = kbert.load(out)
+    assert set(m.classify("the good dog")) == {"0", "1"}
+    assert os.path.isfile(os.path.join(out, "MODEL_CARD.md"))
+
+
+def test_keep_best_saves_only_improving_epochs():
+    scores = iter([{"f1": 60.0}, {"f1": 80.0}, {"f1": 70.0}])
+    saved = []
+    keeper = finetune.KeepBest(lambda model: next(scores),
+                                 lambda history: saved.append(history[-1]["epoch"]), "f1",
+                                 verbose=False)
+    for epoch in range(3):
+        keeper.on_epoch_begin(epoch)
+        keeper.on_epoch_end(epoch, {"loss": 1.0})
+    assert saved == [1, 2]
+    assert (keeper.best_epoch, keeper.best_scores) == (2, {"f1": 80.0})
+    assert [h["f1"] for h in keeper.history] == [60.0, 80.0, 70.0]
+
+
+def test_best_checkpoint_is_the_best_epoch(keyword_model, keyword_files):
+    out, result = keyword_model
+    best = max(result.history, key=lambda h: h["accuracy"])
+    assert result.best_epoch == min(h["epoch"] for h in result.history
+                                    if h["accuracy"] == best["accuracy"])
+    card = open(os.path.join(out, "MODEL_CARD.md")).read()
+    assert f"epoch {result.best_epoch}: " in card
+
+
+@pytest.mark.multibackend
+def test_predict_keeps_row_order_and_matches_the_model(keyword_model, keyword_files):
+    out, _ = keyword_model
+    m = kbert.load(out)
+    rows = _keyword_rows(20, 5)
+    features, _ = m.tokenizer.pack([m.tokenizer.encode(s) for s, _ in rows])
+    batched = finetune.predict(m.model, features, batch_size=3)
+    direct = ops.convert_to_numpy(m.model(features))
+    np.testing.assert_allclose(batched, direct, atol=1e-4)
+
+
+def test_evaluate_cli_prints_one_json_line(keyword_model, keyword_files):
+    out, result = keyword_model
+    run = subprocess.run([sys.executable, "-m", "kbert", "evaluate", "sst2", "--model", out,
+                          "--data", keyword_files[1]], capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == result.best_scores
+
+
+def _squad_json(path, n, seed, impossible=0):
+    """Questions whose answer is the context's first word (learnable from its position)."""
+    rng = np.random.default_rng(seed)
+    paragraphs = []
+    for i in range(n):
+        first = str(rng.choice(NOUNS))
+        context = f"{first} sat on the mat . the dog went to the store and bought milk ."
+        qa = {"id": f"q{seed}-{i}", "question": "who sat on the mat ?",
+              "answers": [{"text": first, "answer_start": 0}]}
+        if i < impossible:
+            qa = {"id": qa["id"], "question": "who is the capital of france ?", "answers": [],
+                  "is_impossible": True}
+        paragraphs.append({"context": context, "qas": [qa]})
+    version = "v2.0" if impossible else "1.1"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"version": version, "data": [{"title": "t", "paragraphs": paragraphs}]}, f)
+    return str(path)
+
+
+@pytest.mark.multibackend
+def test_squad_finetune_and_evaluate(tiny_init, tmp_path):
+    train, dev = _squad_json(tmp_path / "train.json", 48, 0), _squad_json(tmp_path / "dev.json",
+                                                                            16, 1)
+    out = str(tmp_path / "squad")
+    result = finetune.finetune("squad", tiny_init, train, dev, out, epochs=4,
+                                 learning_rate=2e-3, max_seq_length=48, **FAST)
+    scores = finetune.evaluate("squad", out, dev, max_seq_length=48)
+    assert set(scores) == {"exact_match", "f1"} and scores == result.best_scores
+    assert scores["exact_match"] >= 75.0, result.history
+    answer = kbert.load(out).answer("who sat on the mat ?", "cat sat on the mat .")[0]
+    assert answer["text"] == "cat"
+
+
+def test_squad2_tunes_and_stores_the_null_threshold(tiny_init, tmp_path):
+    train = _squad_json(tmp_path / "train.json", 24, 0, impossible=8)
+    dev = _squad_json(tmp_path / "dev.json", 12, 1, impossible=4)
+    out = str(tmp_path / "squad2")
+    result = finetune.finetune("squad2", tiny_init, train, dev, out, epochs=1,
+                                 learning_rate=1e-3, max_seq_length=48,
+                                 tune_null_threshold=True, **FAST)
+    options = json.load(open(os.path.join(out, "config.json")))["heads"]["span"]
+    assert options["version"] == "2.0"
+    assert isinstance(options["null_score_diff_threshold"], float)
+    scores = finetune.evaluate("squad2", out, dev, max_seq_length=48)
+    assert set(scores) == {"exact_match", "f1", "HasAns_f1", "NoAns_f1"}
+    assert scores == result.best_scores   # evaluate reads the stored threshold
+
+
+def _conll(path, n, seed):
+    """word POS chunk NER lines; each noun's tag is fixed (paris/france LOC, man PER ...)."""
+    tags = {"paris": "LOC", "france": "LOC", "man": "PER", "dogs": "ORG", "store": "ORG"}
+    rng = np.random.default_rng(seed)
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for _ in range(n):
+        words = list(rng.choice(list(tags) + ["the", "sat", "on", "mat", "a", "."], size=6))
+        prev = None
+        for w in words:
+            kind = tags.get(w)
+            tag = "O" if kind is None else ("I-" if prev == kind else "B-") + kind
+            lines.append(f"{w} NN I-NP {tag}")
+            prev = kind
+        lines.append("")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    return str(path)
+
+
+@pytest.mark.multibackend
+def test_conll2003_finetune_and_evaluate(tiny_init, tmp_path):
+    train, dev = _conll(tmp_path / "train.txt", 48, 0), _conll(tmp_path / "valid.txt", 16, 1)
+    out = str(tmp_path / "ner")
+    result = finetune.finetune("conll2003", tiny_init, train, dev, out, epochs=4,
+                                 learning_rate=2e-3, **FAST)
+    scores = finetune.evaluate("conll2003", out, dev)
+    assert set(scores) == {"precision", "recall", "f1"} and scores == result.best_scores
+    assert scores["f1"] >= 80.0, result.history
+    labels = json.load(open(os.path.join(out, "config.json")))["heads"]["tagger"]["labels"]
+    assert labels[0] == "O" and "B-LOC" in labels
+
+
+def test_ner_targets_weight_only_first_pieces(tiny_init, tmp_path):
+    task = get_task("conll2003")
+    data = task.read(_conll(tmp_path / "t.txt", 4, 0))
+    tokenizer = Tokenizer(tiny_vocab())
+    prepared = task.encode(tokenizer, data, 64, True, task.head_options(data))
+    features, label_key, weight_key = task.targets(prepared)
+    ids, weights = features["input_ids"], features[weight_key]
+    pieces = np.array(tokenizer.convert_ids_to_tokens(ids.ravel())).reshape(ids.shape)
+    first = ~np.char.startswith(pieces, "##") & (features["input_mask"] == 1) & \
+        ~np.isin(pieces, ["[CLS]", "[SEP]"])
+    assert "##s" in pieces                          # "dogs" is two pieces
+    np.testing.assert_array_equal(weights == 1, first)
+    assert features[label_key].min() >= 0           # -100 never reaches the loss
+
+
+def _cli(*args):
+    return cli.main(list(args))
+
+
+def test_bad_tsv_names_file_and_line(tiny_init, keyword_files, tmp_path, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence\tlabel\nthe good dog\t1\nthe dog\t0\textra\n")
+    rc = _cli("finetune", "sst2", "--init", tiny_init, "--train", str(bad), "--dev",
+              keyword_files[1], "--output", str(tmp_path / "out"))
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1
+    assert f"{bad}:3:" in err and "columns" in err
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_checkpoint_without_the_head_is_named(tiny_init, keyword_files, keyword_model, capsys):
+    rc = _cli("evaluate", "sst2", "--model", tiny_init, "--data", keyword_files[1])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and "classifier" in err and len(err.splitlines()) == 1
+    rc = _cli("evaluate", "conll2003", "--model", keyword_model[0], "--data", keyword_files[1])
+    assert rc == 1 and "tagger" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (("evaluate", "sst2", "--model", "/nonexistent/ckpt", "--data", "x.tsv"), "not found"),
+    (("evaluate", "rte", "--model", "KEYWORD", "--data", "DEV"), "not rte's"),
+])
+def test_other_bad_inputs_are_one_line(args, message, keyword_model, keyword_files, capsys):
+    args = [{"KEYWORD": keyword_model[0], "DEV": keyword_files[1]}.get(a, a) for a in args]
+    assert _cli(*args) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_unknown_task_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        _cli("evaluate", "imdb", "--model", "m", "--data", "d")
+    assert e.value.code == 2 and "imdb" in capsys.readouterr().err
+
+
+def test_finetune_cli_ends_with_the_best_scores(tiny_init, keyword_files, tmp_path, capsys):
+    out = str(tmp_path / "cli")
+    rc = _cli("finetune", "sst2", "--init", tiny_init, "--train", keyword_files[0], "--dev",
+              keyword_files[1], "--output", out, "--epochs", "1", "--batch-size", "16",
+              "--max-seq-length", "32", "--jit-compile", "off", "--no-bucketing")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0 and set(json.loads(lines[-1])) == {"accuracy"}
+    assert json.load(open(os.path.join(out, "config.json")))["heads"]["classifier"]
+    assert "bucketing False" in open(os.path.join(out, "MODEL_CARD.md")).read()

@@ -1,0 +1,130 @@
+"""The checkpoint directory: round trip, float16 storage, clear errors on bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from keras import ops
+
+import kbert
+from kbert import BertConfig, checkpoint
+from helpers import random_inputs, tiny_vocab
+
+pytestmark = pytest.mark.multibackend
+VOCAB = tiny_vocab(size=120)
+
+
+def _pretrainer():
+    return kbert.BertPretrainer(BertConfig.preset("tiny", vocab_size=120,
+                                                  max_position_embeddings=64))
+
+
+def _outputs(model, x):
+    out = model(dict(x, masked_lm_positions=np.array([[1, 2], [3, 4]], "int32")))
+    return {k: ops.convert_to_numpy(v) for k, v in out.items()}
+
+
+def test_round_trip_is_exact(tmp_path):
+    model = _pretrainer()
+    x = random_inputs(2, 10, 120)
+    path = checkpoint.save(tmp_path / "ckpt", model, vocab=VOCAB)
+    assert sorted(os.listdir(path)) == ["config.json", "model.safetensors", "vocab.txt"]
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert config["heads"] == {"mlm": {}, "nsp": {}} and config["do_lower_case"] is True
+    for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                "hidden_act", "max_position_embeddings", "type_vocab_size", "dropout",
+                "attention_dropout", "layer_norm_epsilon", "initializer_range"):
+        assert key in config
+    restored = checkpoint.load(path).task_model("pretraining")
+    for key, value in _outputs(model, x).items():
+        np.testing.assert_array_equal(value, _outputs(restored, x)[key])
+
+
+def test_float16_storage_is_close(tmp_path):
+    model = _pretrainer()
+    x = random_inputs(2, 10, 120)
+    checkpoint.save(tmp_path / "half", model, vocab=VOCAB, dtype="float16")
+    restored = checkpoint.load(tmp_path / "half").task_model("pretraining")
+    a, b = _outputs(model, x), _outputs(restored, x)
+    assert np.abs(a["mlm_logits"] - b["mlm_logits"]).max() < 1e-2
+    size32 = os.path.getsize(checkpoint.save(tmp_path / "full", model, vocab=VOCAB)
+                             + "/model.safetensors")
+    assert os.path.getsize(tmp_path / "half" / "model.safetensors") < 0.6 * size32
+
+
+def test_classifier_labels_are_kept(tmp_path):
+    model = kbert.BertClassifier(BertConfig.preset("tiny", vocab_size=120), num_labels=2)
+    checkpoint.save(tmp_path / "c", model, vocab=VOCAB,
+                    head_options={"classifier": {"labels": ["negative", "positive"]}})
+    m = kbert.load(str(tmp_path / "c"))
+    probs = m.classify("the dog sat on the mat")
+    assert list(probs) == ["negative", "positive"]
+    assert abs(sum(probs.values()) - 1) < 1e-6
+
+
+def test_missing_file_is_named(tmp_path):
+    path = checkpoint.save(tmp_path / "ckpt", _pretrainer(), vocab=VOCAB)
+    os.remove(os.path.join(path, "vocab.txt"))
+    with pytest.raises(checkpoint.CheckpointError, match="missing vocab.txt"):
+        checkpoint.load(path)
+    with pytest.raises(checkpoint.CheckpointError, match="not found"):
+        checkpoint.load(tmp_path / "nowhere")
+
+
+def test_shape_mismatch_is_named(tmp_path):
+    path = checkpoint.save(tmp_path / "ckpt", _pretrainer(), vocab=VOCAB)
+    config = json.loads(open(os.path.join(path, "config.json")).read())
+    config["intermediate_size"] = 256
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    with pytest.raises(checkpoint.CheckpointError, match=r"layer_0/intermediate/kernel has shape"):
+        checkpoint.load(path)
+
+
+def test_vocab_size_mismatch_is_named(tmp_path):
+    with pytest.raises(checkpoint.CheckpointError, match="vocabulary has 119 tokens"):
+        checkpoint.save(tmp_path / "ckpt", _pretrainer(), vocab=VOCAB[:-1])
+
+
+def test_missing_head_is_named(tmp_path):
+    checkpoint.save(tmp_path / "enc", kbert.BertBackbone(BertConfig.preset("tiny", vocab_size=120)),
+                    vocab=VOCAB)
+    m = kbert.load(str(tmp_path / "enc"))
+    with pytest.raises(ValueError, match="fill_mask needs a 'mlm' head"):
+        m.fill_mask("the [MASK] sat")
+    with pytest.raises(ValueError, match="has no mlm or nsp head"):
+        m.task_model("pretraining")
+
+
+def test_save_replaces_atomically(tmp_path):
+    model = _pretrainer()
+    checkpoint.save(tmp_path / "ckpt", model, vocab=VOCAB)
+    with pytest.raises(checkpoint.CheckpointError):
+        checkpoint.save(tmp_path / "ckpt", model, vocab=VOCAB[:-1])
+    assert checkpoint.load(tmp_path / "ckpt").heads.keys() == {"mlm", "nsp"}  # old one intact
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tmp_path / "ckpt").st_mode & 0o777 == 0o777 & ~umask
+    assert os.stat(tmp_path / "ckpt" / "vocab.txt").st_mode & 0o777 == 0o666 & ~umask
+
+
+def _cli(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", "kbert", *args], capture_output=True,
+                          text=True, env=env)
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    result = _cli("convert", "--from", "nonsense", str(tmp_path), "--output", str(tmp_path / "o"))
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        "kbert convert: error: unknown source format 'nonsense'; choose one of "
+        + ", ".join(sorted(__import__("kbert.convert").convert.SOURCES))]
+    result = _cli("convert", "--from", "hf", str(tmp_path / "missing"), "--output",
+                  str(tmp_path / "o"))
+    assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1
+    assert "not found" in result.stderr

@@ -1,0 +1,323 @@
+"""Pretraining: optimizer recipe, loss on real text, strategies agree, resume after SIGKILL."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+from helpers import tiny_vocab, write_vocab
+from kbert import BertConfig, BertPretrainer
+from kbert.training.optimization import WarmupLinearDecay, create_optimizer, decayed_variables
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VOCAB_SIZE = 100
+
+
+def _write_shards(directory, records=64, seq=16, preds=4, shards=2, seed=0):
+    """Synthetic BERT shards; every example has exactly `preds` real predictions, so per-replica
+    and global loss means coincide."""
+    import tensorflow as tf
+    rng = np.random.default_rng(seed)
+    os.makedirs(directory, exist_ok=True)
+    writers = [tf.io.TFRecordWriter(os.path.join(directory, f"shard-{i:05d}.tfrecord"))
+               for i in range(shards)]
+    for n in range(records):
+        ids = rng.integers(5, VOCAB_SIZE, seq)
+        ids[0], ids[-1] = 2, 3
+        positions = np.sort(rng.choice(np.arange(1, seq - 1), preds, replace=False))
+        labels = ids[positions].copy()
+        ids[positions] = 4
+        feats = {"input_ids": ids, "input_mask": np.ones(seq, int),
+                 "segment_ids": (np.arange(seq) >= seq // 2).astype(int),
+                 "masked_lm_positions": positions, "masked_lm_ids": labels,
+                 "next_sentence_labels": [int(labels[0]) % 2]}
+        feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=list(map(int, v))))
+                   for k, v in feats.items()}
+        feature["masked_lm_weights"] = tf.train.Feature(
+            float_list=tf.train.FloatList(value=[1.0] * preds))
+        example = tf.train.Example(features=tf.train.Features(feature=feature))
+        writers[n % shards].write(example.SerializeToString())
+    for w in writers:
+        w.close()
+    return directory
+
+
+def _setup(tmp_path, dropout=0.0):
+    data = _write_shards(str(tmp_path / "data"))
+    vocab = write_vocab(str(tmp_path), tiny_vocab(VOCAB_SIZE))
+    config = BertConfig.preset("tiny", vocab_size=VOCAB_SIZE, num_layers=1, hidden_size=32,
+                               num_heads=2, intermediate_size=64, max_position_embeddings=32,
+                               dropout=dropout, attention_dropout=dropout)
+    config_path = str(tmp_path / "config.json")
+    with open(config_path, "w") as f:
+        f.write(config.to_json())
+    return data, vocab, config_path
+
+
+RUNNER = textwrap.dedent("""
+    import json, os, signal, sys
+    args = json.loads(sys.argv[1])
+    if args.get("logical_cpus"):
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * args["logical_cpus"])
+    import keras
+    from kbert import training
+
+    class Kill(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            from kbert.training.optimization import batches_seen
+            if batches_seen(self.model.optimizer) == args["kill_at"]:
+                os.kill(os.getpid(), signal.SIGKILL)
+    callbacks = [Kill()] if args.get("kill_at") else []
+    r = training.pretrain(args["data"], args["output"], config=args["config"],
+                          vocab=args["vocab"], batch_size=8, steps=args.get("steps", 3),
+                          warmup_steps=1, learning_rate=1e-3, checkpoint_every=2,
+                          strategy=args.get("strategy", "auto"), jit_compile=False, verbose=0,
+                          seed=1, shuffle_buffer=16, callbacks=callbacks)
+    print("RESULT", json.dumps({"loss": r.history["loss"], "output": r.output}))
+""")
+
+
+def _run(tmp_path, name, env=None, wait=True, **args):
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER)
+    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, **(env or {}))
+    full_env.setdefault("KERAS_BACKEND", "tensorflow")
+    args.setdefault("output", str(tmp_path / name))
+    cmd = [sys.executable, str(script), json.dumps(args)]
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    return _finish(proc) if wait else proc
+
+
+def _finish(proc):
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    line = [x for x in out.splitlines() if x.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def _weights(directory):
+    from safetensors.numpy import load_file
+    return load_file(os.path.join(directory, "model.safetensors"))
+
+
+def _max_diff(a, b):
+    a, b = _weights(a), _weights(b)
+    assert a.keys() == b.keys()
+    return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
+
+
+# --- the optimizer recipe ------------------------------------------------------------------------
+@pytest.mark.multibackend
+def test_schedule_warmup_then_linear_decay_and_round_trip():
+    schedule = WarmupLinearDecay(1e-4, total_steps=100, warmup_steps=10)
+    values = [float(schedule(s)) for s in (0, 5, 10, 55, 100, 150)]
+    np.testing.assert_allclose(values, [0, 5e-5, 1e-4, 5e-5, 0, 0], atol=1e-9)
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert isinstance(again, WarmupLinearDecay) and again.get_config() == schedule.get_config()
+
+
+@pytest.mark.multibackend
+def test_no_weight_decay_on_layer_norm_and_bias():
+    model = BertPretrainer(BertConfig.preset("tiny", vocab_size=VOCAB_SIZE, num_layers=1))
+    optimizer = create_optimizer(learning_rate=0.1, total_steps=10, warmup_steps=0)
+    assert optimizer.beta_1 == 0.9 and optimizer.beta_2 == 0.999 and optimizer.epsilon == 1e-6
+    assert optimizer.global_clipnorm == 1.0 and optimizer.weight_decay == 0.01
+    variables = model.trainable_variables
+    decayed = set(decayed_variables(optimizer, variables))
+    for v in variables:
+        is_norm_or_bias = v.name in ("gamma", "beta", "bias", "output_bias")
+        assert (v.path in decayed) != is_norm_or_bias, v.path
+    assert any("position_embeddings" in p for p in decayed)
+    # One update with zero gradients: Adam moves nothing, only the decay shrinks the matrices.
+    before = {v.path: np.array(v.numpy()) for v in variables}
+    optimizer.apply([keras.ops.zeros(v.shape) for v in variables], variables)
+    for v in variables:
+        changed = not np.allclose(before[v.path], v.numpy())
+        nonzero = np.any(before[v.path] != 0)
+        assert changed == (v.path in decayed and nonzero), v.path
+
+
+@pytest.mark.multibackend
+def test_adamw_steps_like_torch_adamw():
+    """ε on the bias-corrected √v̂ (Adam's Algorithm 1, PyTorch, HF), not Keras' ε before it."""
+    torch = pytest.importorskip("torch")
+    from kbert.training.optimization import AdamW
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(4, 3)).astype("float32")
+    # Gradients from 1e-7 to 1: the small ones are where the two ε placements differ.
+    grads = [(rng.normal(size=(4, 3)) * 10.0 ** rng.integers(-7, 1, size=(4, 3))).astype("float32")
+             for _ in range(5)]
+    w = keras.Variable(start)
+    ours = AdamW(learning_rate=1e-2, weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6)
+    t = torch.nn.Parameter(torch.tensor(start))
+    theirs = torch.optim.AdamW([t], lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
+    for g in grads:
+        ours.apply([keras.ops.convert_to_tensor(g)], [w])
+        t.grad = torch.tensor(g)
+        theirs.step()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(w), t.detach().numpy(),
+                               rtol=1e-5, atol=1e-7)
+    keras_form = keras.Variable(start)
+    plain = keras.optimizers.AdamW(learning_rate=1e-2, weight_decay=0.01, epsilon=1e-6)
+    for g in grads:
+        plain.apply([keras.ops.convert_to_tensor(g)], [keras_form])
+    assert np.abs(keras.ops.convert_to_numpy(keras_form) - t.detach().numpy()).max() > 1e-3
+
+
+def test_lamb_and_accumulation_options():
+    optimizer = create_optimizer("lamb", gradient_accumulation_steps=4, loss_scale=True)
+    assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    assert isinstance(optimizer.inner_optimizer, keras.optimizers.Lamb)
+    assert optimizer.inner_optimizer.gradient_accumulation_steps == 4
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        create_optimizer("sgd")
+
+
+# --- training on real text -----------------------------------------------------------------------
+def test_loss_falls_on_a_slice_of_the_corpus_and_checkpoint_loads(tmp_path, shared_data):
+    import kbert
+    from helpers import minilm_dir
+    from kbert import training
+    from kbert.data import pretraining
+    corpus = sorted((shared_data / "corpus" / "inaugural").glob("*.txt"))[:4]
+    vocab = os.path.join(minilm_dir(), "vocab.txt")
+    pretraining.create_pretraining_data(
+        [str(p) for p in corpus], vocab, str(tmp_path / "data"),
+        pretraining.Options(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1))
+    config = BertConfig.preset("tiny", vocab_size=30522, num_layers=1, max_position_embeddings=64)
+    result = training.pretrain(str(tmp_path / "data"), str(tmp_path / "ckpt"), config=config,
+                               vocab=vocab, batch_size=16, steps=40, warmup_steps=4,
+                               learning_rate=2e-3, checkpoint_every=10, jit_compile=False,
+                               verbose=0, shuffle_buffer=100, log_dir=str(tmp_path / "tb"))
+    losses = result.history["mlm_logits_loss"]
+    assert losses[-1] < losses[0] - 2.0, losses                # from ~ln(30522) = 10.3
+    assert result.history["learning_rate"] and result.history["examples_per_second"]
+    assert os.listdir(tmp_path / "tb")
+    m = kbert.load(result.output)
+    assert len(m.fill_mask("the [MASK] of the people .", top_k=3)[0]) == 3
+    assert 0.0 <= m.next_sentence("We the people.", "Of the United States.")["is_next"] <= 1.0
+    scores = training.evaluate_pretraining(m.task_model("pretraining"), str(tmp_path / "data"))
+    assert 0.0 < scores["mlm_accuracy"] < 1.0 and scores["examples"] > 0
+
+
+def test_two_phases_with_dynamic_masking_lamb_accumulation_and_bfloat16(tmp_path):
+    """Every option of `pretrain` at once: 128-then-512 style phases (16 then 32 tokens here),
+    dynamic masking, LAMB, gradient accumulation and mixed bfloat16."""
+    import kbert
+    from kbert import training
+    from kbert.training.optimization import batches_seen, inner_optimizer
+    data, vocab, config = _setup(tmp_path)
+    long_data = _write_shards(str(tmp_path / "data32"), seq=32, seed=1)
+    result = training.pretrain([data, long_data], str(tmp_path / "ckpt"), config=config,
+                               vocab=vocab, batch_size=8, phase_steps=[3, 2], accumulate=2,
+                               optimizer="lamb", mixed_precision="mixed_bfloat16",
+                               dynamic_masking=True, warmup_steps=1, learning_rate=1e-3,
+                               checkpoint_every=2, jit_compile=False, verbose=0, seed=0,
+                               shuffle_buffer=16)
+    assert result.steps == 5                                     # optimizer updates, both phases
+    optimizer = inner_optimizer(result.model.optimizer)
+    assert isinstance(optimizer, keras.optimizers.Lamb)
+    assert batches_seen(result.model.optimizer) == 10            # 2 accumulated batches each
+    assert result.model.dtype_policy.name == "mixed_bfloat16"
+    assert all(np.isfinite(result.history["loss"]))
+    ckpt = kbert.load(result.output)
+    assert len(ckpt.fill_mask("the [MASK] sat on the mat", top_k=2)[0]) == 2
+
+
+# --- strategies agree with one device ------------------------------------------------------------
+def test_mirrored_strategy_on_two_cpus_matches_one_device(tmp_path):
+    data, vocab, config = _setup(tmp_path)
+    one = _run(tmp_path, "one", data=data, vocab=vocab, config=config, strategy="default",
+               steps=2)
+    two = _run(tmp_path, "two", data=data, vocab=vocab, config=config, strategy="mirrored",
+               logical_cpus=2, steps=2)
+    np.testing.assert_allclose(two["loss"], one["loss"], atol=1e-5)
+    assert _max_diff(one["output"], two["output"]) < 1e-5
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_multi_worker_mirrored_strategy_matches_one_device(tmp_path):
+    data, vocab, config = _setup(tmp_path)
+    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    procs = []
+    for i in range(2):
+        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker",
+                                                                          "index": i}})
+        procs.append(_run(tmp_path, "multi", env={"TF_CONFIG": tf_config}, wait=False,
+                          data=data, vocab=vocab, config=config, steps=2))
+    results = [_finish(p) for p in procs]
+    one = _run(tmp_path, "one", data=data, vocab=vocab, config=config, strategy="default",
+               steps=2)
+    np.testing.assert_allclose(results[0]["loss"], one["loss"], atol=1e-5)
+    assert _max_diff(one["output"], results[0]["output"]) < 1e-5
+    assert _max_diff(results[0]["output"], results[1]["output"]) == 0.0
+
+
+def test_jax_data_parallel_on_two_devices_matches_one_device(tmp_path):
+    data, vocab, config = _setup(tmp_path)
+    env = {"KERAS_BACKEND": "jax"}
+    one = _run(tmp_path, "one", env=env, data=data, vocab=vocab, config=config, steps=2)
+    two = _run(tmp_path, "two", data=data, vocab=vocab, config=config, steps=2,
+               env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2"))
+    np.testing.assert_allclose(two["loss"], one["loss"], atol=1e-5)
+    assert _max_diff(one["output"], two["output"]) < 1e-5
+
+
+# --- resume --------------------------------------------------------------------------------------
+def test_sigkilled_run_resumes_to_the_same_weights(tmp_path):
+    data, vocab, config = _setup(tmp_path, dropout=0.1)
+    full = _run(tmp_path, "full", data=data, vocab=vocab, config=config, steps=6)
+    killed = _run(tmp_path, "resumed", wait=False, data=data, vocab=vocab, config=config,
+                  steps=6, kill_at=3)
+    killed.communicate(timeout=300)
+    assert killed.returncode == -9
+    assert not os.path.exists(tmp_path / "resumed")
+    resumed = _run(tmp_path, "resumed", data=data, vocab=vocab, config=config, steps=6)
+    assert _max_diff(full["output"], resumed["output"]) <= 1e-6
+
+
+# --- bad input -----------------------------------------------------------------------------------
+def _cli_error(capsys, *argv):
+    from kbert import cli
+    assert cli.main(["pretrain", *argv]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    data, vocab, config = _setup(tmp_path)
+    out = str(tmp_path / "out")
+    err = _cli_error(capsys, "--data", str(tmp_path / "nope"), "--config", config,
+                     "--vocab", vocab, "--output", out)
+    assert "not found" in err
+    bigger = write_vocab(str(tmp_path / "data"), tiny_vocab(VOCAB_SIZE + 20))
+    err = _cli_error(capsys, "--data", data, "--config", config, "--vocab", bigger, "--output", out)
+    assert "vocab_size 100" in err
+    err = _cli_error(capsys, "--data", data, "--config", "tiny", "--output", out)
+    assert "--vocab" in err
+    small = write_vocab(str(tmp_path / "data"), tiny_vocab(50))
+    err = _cli_error(capsys, "--data", data, "--config", "tiny", "--vocab", small, "--output", out)
+    assert "outside the vocabulary" in err
+    err = _cli_error(capsys, "--data", data, "--config", config, "--vocab", vocab,
+                     "--max-seq-length", "128", "--output", out)
+    assert "max_seq_length 16" in err
