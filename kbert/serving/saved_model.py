@@ -137,7 +137,7 @@ def _export_in_subprocess(checkpoint_dir, output, version, signatures, options):
     return os.path.join(os.path.abspath(output), str(version))
 
 
-def graph_ops(saved_model_dir):
+def used_ops(saved_model_dir):
     """{op name} used anywhere in a SavedModel: its graph and every function in its library."""
     ops = set()
     for meta in _saved_model_proto(saved_model_dir).meta_graphs:
