@@ -27,11 +27,10 @@ import time
 
 import numpy as np
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kbert.data.pretraining import FEATURES  # pure Python: no TensorFlow
 
-FEATURES = ("input_ids", "segment_ids", "input_mask", "masked_lm_positions", "masked_lm_ids",
-            "masked_lm_weights", "next_sentence_labels")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+INPUTS = ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")  # the model's inputs
 
 
 # --- prepare (needs TensorFlow) -----------------------------------------------------------------
@@ -123,7 +122,7 @@ def make_instances(corpus, dupe_factor, seed, max_seq_length=128, max_prediction
 
 
 def split(arrays):
-    x = {k: arrays[k] for k in FEATURES[:4]}
+    x = {k: arrays[k] for k in INPUTS}
     y = {"mlm_logits": arrays["masked_lm_ids"], "nsp_logits": arrays["next_sentence_labels"]}
     w = {"mlm_logits": arrays["masked_lm_weights"],
          "nsp_logits": np.ones(len(arrays["input_ids"]), np.float32)}
@@ -152,8 +151,8 @@ def train(args):
 
     from kbert import checkpoint
     from kbert.training.callbacks import StopAfter, TrainingMetrics
-    from kbert.training.optimization import create_optimizer
     from kbert.training import build_pretrainer
+    from kbert.training.optimization import create_optimizer
 
     started = time.perf_counter()
     keras.utils.set_random_seed(args.seed)

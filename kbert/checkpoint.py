@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from kbert.config import BertConfig, read_vocab
+from kbert.config import BertConfig, read_vocab, shown, write_vocab
 from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
                          SpanHead, TokenClassificationHead)
 from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
@@ -175,8 +175,7 @@ def save(directory, model=None, vocab=None, do_lower_case=True, head_options=Non
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
             f.write("\n")
-        with open(os.path.join(tmp, "vocab.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(vocab) + "\n")
+        write_vocab(vocab, os.path.join(tmp, "vocab.txt"))
         save_file(tensors, os.path.join(tmp, WEIGHTS_FILE), metadata={"format": "kbert"})
         card = model_card
         if card is None and os.path.isfile(os.path.join(directory, "MODEL_CARD.md")):
@@ -263,11 +262,9 @@ def assign(variables, tensors, source="weights", allow_extra=False):
     missing = sorted(set(variables) - set(tensors))
     extra = sorted(set(tensors) - set(variables))
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise CheckpointError(f"{source}: missing weights {shown}")
+        raise CheckpointError(f"{source}: missing weights {shown(missing)}")
     if extra and not allow_extra:
-        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
-        raise CheckpointError(f"{source}: unexpected weights {shown}")
+        raise CheckpointError(f"{source}: unexpected weights {shown(extra)}")
     for key, variable in variables.items():
         value = np.asarray(tensors[key])
         if tuple(value.shape) != tuple(variable.shape):

@@ -1,9 +1,10 @@
 """BertConfig: the encoder's hyper-parameters, the paper's presets and a JSON round trip;
-and the vocabulary file that goes with them."""
+and the vocabulary file that goes with them (`read_vocab`, `write_vocab`, the special tokens)."""
 
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 
 # name: (num_layers, hidden_size, num_heads), as in the paper and Turc et al. (2019).
 _PRESET_SHAPES = {
@@ -110,15 +111,57 @@ class BertConfig:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
-def read_vocab(path):
-    """The WordPiece vocabulary: one token a line, the line number is the id."""
+def shown(names, limit=8):
+    """'a, b, c and N more': a list in a one-line error message.
+
+    >>> shown(["w1", "w2", "w3", "w4"], limit=2)
+    'w1, w2 and 2 more'
+    """
+    names = list(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def check_special_tokens(vocab, source="vocabulary"):
+    """Raises a one-line ValueError when `vocab` lacks one of BERT's `SPECIAL_TOKENS`.
+
+    >>> check_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], "vocab.txt")
+    Traceback (most recent call last):
+    ...
+    ValueError: vocab.txt: vocabulary lacks the special tokens [MASK]
+    """
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        where = "" if source == "vocabulary" else f"{source}: "
+        raise ValueError(f"{where}vocabulary lacks the special tokens {' '.join(missing)}")
+
+
+def read_vocab(vocab: str | os.PathLike | Sequence[str]) -> list[str]:
+    """The WordPiece vocabulary: one token a line, the line number is the id.
+
+    A list of tokens is taken as it is (copied); either way the special tokens are checked.
+
+    >>> read_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello"])[-1]
+    'hello'
+    """
+    if not isinstance(vocab, (str, os.PathLike)):
+        vocab = list(vocab)
+        check_special_tokens(vocab)
+        return vocab
+    path = os.fspath(vocab)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"vocabulary file not found: {path}")
     with open(path, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n").rstrip("\r") for line in f]
-    while vocab and vocab[-1] == "":
-        vocab.pop()
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        raise ValueError(f"{path}: vocabulary lacks the special tokens {' '.join(missing)}")
-    return vocab
+        tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    check_special_tokens(tokens, path)
+    return tokens
+
+
+def write_vocab(vocab: Sequence[str], path: str | os.PathLike) -> None:
+    """One token a line (`read_vocab`'s format), written atomically."""
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(f"{token}\n" for token in vocab))
+    os.replace(tmp, path)

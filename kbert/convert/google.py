@@ -22,8 +22,8 @@ import os
 
 import numpy as np
 
-from kbert.config import BertConfig
-from kbert.convert import guess_lower_case, read_json, read_vocab_file, shown
+from kbert.config import BertConfig, read_vocab, shown
+from kbert.convert import guess_lower_case, read_json
 from kbert.convert.tf_checkpoint import CheckpointReader, find_checkpoint
 
 CONFIG_FILE = "bert_config.json"
@@ -149,7 +149,7 @@ def load(src):
         raise ValueError(f"{prefix}: word_embeddings have {rows} rows but {CONFIG_FILE} says "
                          f"vocab_size {config.vocab_size}")
     vocab_path = os.path.join(directory, "vocab.txt")
-    vocab = read_vocab_file(vocab_path)
+    vocab = read_vocab(vocab_path)
     if len(vocab) != config.vocab_size:
         raise ValueError(f"{vocab_path} has {len(vocab)} tokens but the checkpoint's "
                          f"word_embeddings have {config.vocab_size} rows")

@@ -15,8 +15,8 @@ import os
 
 import numpy as np
 
-from kbert.config import BertConfig, read_vocab
-from kbert.convert import read_json
+from kbert.config import BertConfig, read_vocab, shown, write_vocab
+from kbert.convert import guess_lower_case, read_json
 
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -62,13 +62,13 @@ def _vocab(directory):
 
 
 def _lower_case(directory, vocab):
+    """tokenizer_config.json's `do_lower_case`, else `guess_lower_case`."""
     path = os.path.join(directory, "tokenizer_config.json")
     if os.path.isfile(path):
         value = read_json(path).get("do_lower_case")
         if value is not None:
             return bool(value)
-    # An uncased vocabulary has no capitalised whole words.
-    return not any(t[:1].isupper() for t in vocab[1000:2000])
+    return guess_lower_case(vocab, directory)
 
 
 def _head_kind(hf, state):
@@ -183,8 +183,7 @@ def load(src):
     heads = _head_kind(hf, state)
     tensors, unused = convert_state_dict(state, config, heads)
     if unused:
-        raise ValueError(f"{weights}: unexpected variables {', '.join(unused[:8])}"
-                         + (f" and {len(unused) - 8} more" if len(unused) > 8 else ""))
+        raise ValueError(f"{weights}: unexpected variables {shown(unused)}")
     vocab = _vocab(directory)
     return config, tensors, heads, vocab, _lower_case(directory, vocab)
 
@@ -330,6 +329,5 @@ def export_hf(ckpt, output):
         with open(os.path.join(output, name), "w", encoding="utf-8") as f:
             json.dump(content, f, indent=2)
             f.write("\n")
-    with open(os.path.join(output, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(ckpt.vocab) + "\n")
+    write_vocab(ckpt.vocab, os.path.join(output, "vocab.txt"))
     return output

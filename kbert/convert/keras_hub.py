@@ -22,8 +22,8 @@ import warnings
 
 import numpy as np
 
-from kbert.config import BertConfig
-from kbert.convert import guess_lower_case, read_json, read_vocab_file
+from kbert.config import BertConfig, read_vocab
+from kbert.convert import guess_lower_case, read_json
 
 _TASKS = {"BertMaskedLM": "mlm", "BertTextClassifier": "classifier"}
 _KH_LAYER_NORM_EPSILON = 1e-12
@@ -142,7 +142,7 @@ def load(src):
             [_to_numpy(d.kernel).reshape(h, h) for d in layers], axis=1)
         tensors[prefix + "qkv/bias"] = np.concatenate([_to_numpy(d.bias).reshape(h)
                                                       for d in layers])
-    vocab = read_vocab_file(os.path.join(directory, "assets", "tokenizer", "vocabulary.txt"))
+    vocab = read_vocab(os.path.join(directory, "assets", "tokenizer", "vocabulary.txt"))
     tokenizer_path = os.path.join(directory, "tokenizer.json")
     lower = (read_json(tokenizer_path).get("config", {}).get("lowercase")
              if os.path.isfile(tokenizer_path) else None)

@@ -146,7 +146,7 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
             if wanted.to_dict() != ckpt.config.to_dict():
                 raise ValueError(f"--config does not match the checkpoint {init} "
                                  f"({ckpt.summary()}); leave --config out to continue it")
-        if vocab is not None and list(_read_vocab(vocab)) != list(ckpt.vocab):
+        if vocab is not None and list(read_vocab(vocab)) != list(ckpt.vocab):
             raise ValueError(f"--vocab differs from the vocabulary of {init}")
         heads = {name: ckpt.heads.get(name) or checkpoint_lib.make_head(name, ckpt.backbone)
                  for name in ("mlm", "nsp")}
@@ -154,17 +154,9 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
         return model, ckpt.vocab, ckpt.do_lower_case
     if vocab is None:
         raise ValueError("pretraining from scratch needs a vocabulary (--vocab)")
-    vocab = _read_vocab(vocab)
+    vocab = read_vocab(vocab)
     config = _as_config(config or "base", len(vocab))
     return BertPretrainer(config, dtype=dtype), vocab, True
-
-
-def _read_vocab(vocab):
-    if isinstance(vocab, str):
-        if not os.path.isfile(vocab):
-            raise FileNotFoundError(f"vocabulary not found: {vocab}")
-        return read_vocab(vocab)
-    return list(vocab)
 
 
 def _as_config(config, vocab_size):
