@@ -225,14 +225,48 @@ def _read_config(directory):
         raise CheckpointError(f"{path}: {e}") from None
 
 
+def search_path() -> list[str]:
+    """Where a checkpoint is looked up by name: each directory of `$KBERT_MODELS`
+    (os.pathsep-separated), then the `saved_models/` of the source tree kbert is imported from
+    (a checkout or an editable install), where the shipped checkpoints are."""
+    dirs = [d for d in os.environ.get("KBERT_MODELS", "").split(os.pathsep) if d]
+    shipped = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "saved_models")
+    return [d for d in dirs + [shipped] if os.path.isdir(d)]
+
+
+def resolve(name_or_path: str | os.PathLike) -> str:
+    """A checkpoint directory from a path or a name: an existing directory wins; else a bare
+    name (no path separator) is looked up in `search_path()`, the first match winning.
+
+    >>> os.path.basename(resolve("minilm-l6-mlm-nsp"))  # doctest: +SKIP
+    'minilm-l6-mlm-nsp'
+    """
+    path = os.fspath(name_or_path)
+    if os.path.isdir(path):
+        return path
+    is_name = path and os.sep not in path and (os.altsep is None or os.altsep not in path)
+    if not is_name or path.startswith("."):
+        raise CheckpointError(f"checkpoint directory not found: {path}")
+    dirs = search_path()
+    for d in dirs:
+        if os.path.isfile(os.path.join(d, path, "config.json")):
+            return os.path.join(d, path)
+    names = sorted({n for d in dirs for n in os.listdir(d)
+                    if os.path.isfile(os.path.join(d, n, "config.json"))})
+    raise CheckpointError(
+        f"checkpoint directory not found: {path} (not a directory, nor a checkpoint name in "
+        f"{os.pathsep.join(dirs) or 'no directory: set KBERT_MODELS'}; names found: "
+        f"{shown(names) or 'none'})")
+
+
 def load(directory, dtype=None):
-    """Reads a checkpoint directory, checking every file and every weight's shape."""
+    """Reads a checkpoint directory (or a checkpoint name, see `resolve`), checking every file
+    and every weight's shape."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise CheckpointError(f"checkpoint directory not found: {directory}")
+    directory = resolve(directory)
     raw, config = _read_config(directory)
     vocab_path = os.path.join(directory, "vocab.txt")
     if not os.path.isfile(vocab_path):

@@ -94,6 +94,19 @@ class BertConfig:
         return cls.from_dict(json.loads(text))
 
     @classmethod
+    def from_any(cls, config: "BertConfig | dict | str") -> "BertConfig":
+        """A config as given: a `BertConfig`, a dict, a preset name, or a config.json path.
+
+        >>> BertConfig.from_any("tiny").num_layers, BertConfig.from_any({"num_layers": 3}).num_layers
+        (2, 3)
+        """
+        if isinstance(config, cls):
+            return config
+        if isinstance(config, (str, os.PathLike)):
+            return cls.from_preset_or_file(os.fspath(config))
+        return cls.from_dict(config)
+
+    @classmethod
     def from_preset_or_file(cls, name_or_path):
         """A preset name, a `config.json` path, or a checkpoint directory holding one."""
         if name_or_path in _PRESET_SHAPES:

@@ -13,14 +13,6 @@ from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, N
 from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
 
 
-def _as_config(config):
-    if isinstance(config, BertConfig):
-        return config
-    if isinstance(config, str):
-        return BertConfig.from_preset_or_file(config)
-    return BertConfig.from_dict(config)
-
-
 def _unpack(inputs):
     """(input_ids, segment_ids, input_mask) from a dict or a bare `input_ids` tensor."""
     if not isinstance(inputs, dict):
@@ -54,7 +46,7 @@ class BertBackbone(keras.Model):
 
     def __init__(self, config=None, **kwargs):
         super().__init__(**kwargs)
-        self.config = _as_config(config if config is not None else BertConfig())
+        self.config = BertConfig.from_any(config if config is not None else BertConfig())
         c = self.config
         self.embeddings = BertEmbeddings(
             c.vocab_size, c.hidden_size, c.max_position_embeddings, c.type_vocab_size,

@@ -45,6 +45,9 @@ def _byte_length(strings):
 def char_offsets(text, starts, ends):
     """Byte offsets into `text`'s UTF-8 encoding → character offsets into the Python string.
 
+    Twin: `kbert.serving.graph_ops.char_offset` does this in the exported graph;
+    tests/serving/test_graph_ops.py holds the two equal.
+
     >>> char_offsets("héllo wörld", [0, 7], [6, 13])
     ([0, 6], [5, 11])
     """

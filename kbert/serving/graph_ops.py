@@ -78,7 +78,14 @@ def pack(special, first, second=None, max_seq_length=512):
 
 
 def char_offset(texts, byte_offsets):
-    """Byte offsets into `texts` (same shape, -1 = none) → character offsets (-1 kept)."""
+    """Byte offsets into `texts` (same shape, -1 = none) → character offsets (-1 kept).
+
+    Twin: `kbert.tokenizer.char_offsets` does this in Python; tests/serving/test_graph_ops.py
+    holds the two equal.
+
+    >>> char_offset(tf.constant(["héllo", "wörld"]), tf.constant([3, -1])).numpy().tolist()
+    [2, -1]
+    """
     prefix = tf.strings.substr(texts, tf.zeros_like(byte_offsets), tf.maximum(byte_offsets, 0))
     chars = tf.cast(tf.strings.length(prefix, unit="UTF8_CHAR"), byte_offsets.dtype)
     return tf.where(byte_offsets < 0, tf.constant(-1, byte_offsets.dtype), chars)

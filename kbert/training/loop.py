@@ -142,7 +142,7 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
     if init is not None:
         ckpt = checkpoint_lib.load(init, dtype=dtype)
         if config is not None:
-            wanted = _as_config(config, len(ckpt.vocab))
+            wanted = _config_for_vocab(config, len(ckpt.vocab))
             if wanted.to_dict() != ckpt.config.to_dict():
                 raise ValueError(f"--config does not match the checkpoint {init} "
                                  f"({ckpt.summary()}); leave --config out to continue it")
@@ -155,19 +155,16 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
     if vocab is None:
         raise ValueError("pretraining from scratch needs a vocabulary (--vocab)")
     vocab = read_vocab(vocab)
-    config = _as_config(config or "base", len(vocab))
+    config = _config_for_vocab(config or "base", len(vocab))
     return BertPretrainer(config, dtype=dtype), vocab, True
 
 
-def _as_config(config, vocab_size):
+def _config_for_vocab(config, vocab_size):
     """A preset takes the vocabulary's size; a config file or object must match it."""
     from kbert.config import PRESETS
     if isinstance(config, str) and config in PRESETS:
         return BertConfig.preset(config, vocab_size=vocab_size)
-    if isinstance(config, str):
-        config = BertConfig.from_preset_or_file(config)
-    elif isinstance(config, dict):
-        config = BertConfig.from_dict(config)
+    config = BertConfig.from_any(config)
     if config.vocab_size != vocab_size:
         raise ValueError(f"config vocab_size {config.vocab_size} does not match the "
                          f"vocabulary's {vocab_size} tokens")
