@@ -12,7 +12,7 @@ result is an ordinary kbert checkpoint directory.
         --output corpus.npz
     python examples/pretrain_arrays.py prepare --shards heldout/ --output heldout.npz
     # anywhere (KERAS_BACKEND=jax or torch; a GPU with bfloat16)
-    python examples/pretrain_arrays.py train --corpus corpus.npz --init saved_models/minilm-l6-mlm-nsp \\
+    python examples/pretrain_arrays.py train --corpus corpus.npz --init minilm-l6-mlm-nsp \\
         --output out/ckpt --batch-size 256 --steps 3000 --learning-rate 2e-4 --eval heldout.npz \\
         --mixed-precision mixed_bfloat16
 """
@@ -150,8 +150,8 @@ def train(args):
     import keras
 
     from kbert import checkpoint
-    from kbert.training.callbacks import StopAfter, TrainingMetrics
     from kbert.training import build_pretrainer
+    from kbert.training.callbacks import StopAfter, TrainingMetrics
     from kbert.training.optimization import create_optimizer
 
     started = time.perf_counter()

@@ -58,7 +58,8 @@ class BertConfig:
                 f"num_heads ({self.num_heads})")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
         if self.hidden_act not in ("gelu", "gelu_new", "gelu_approximate", "relu", "tanh", "silu"):
             raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not supported")
 
@@ -97,8 +98,8 @@ class BertConfig:
     def from_any(cls, config: "BertConfig | dict | str") -> "BertConfig":
         """A config as given: a `BertConfig`, a dict, a preset name, or a config.json path.
 
-        >>> BertConfig.from_any("tiny").num_layers, BertConfig.from_any({"num_layers": 3}).num_layers
-        (2, 3)
+        >>> BertConfig.from_any("tiny").num_layers, BertConfig.from_any({"num_heads": 4}).num_heads
+        (2, 4)
         """
         if isinstance(config, cls):
             return config

@@ -28,8 +28,8 @@ def test_shipped_checkpoint_by_name_from_any_directory(tmp_path):
 
 
 def test_name_search_path_and_its_error(tmp_path):
-    from kbert import BertBackbone, BertConfig, checkpoint
     from helpers import tiny_vocab
+    from kbert import BertBackbone, BertConfig, checkpoint
 
     mine = tmp_path / "mine"
     checkpoint.save(mine / "tiny-encoder", BertBackbone(BertConfig.preset(

@@ -11,7 +11,6 @@ import json
 import os
 
 
-
 def read_json(path):
     """A JSON file's content; broken JSON is one line naming the file."""
     with open(path, encoding="utf-8") as f:

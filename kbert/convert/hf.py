@@ -114,7 +114,7 @@ def convert_state_dict(state, config, heads):
         return np.asarray(state[key], dtype=np.float32)
 
     def dense(dst, src):
-        out[f"{dst}/kernel"] = get(f"{src}.weight").T                   # torch [out, in] → [in, out]
+        out[f"{dst}/kernel"] = get(f"{src}.weight").T               # torch [out, in] → [in, out]
         out[f"{dst}/bias"] = get(f"{src}.bias")
 
     def norm(dst, src):

@@ -9,8 +9,16 @@
 Writing needs TensorFlow and tensorflow-text; `export` may be called from any backend.
 """
 
-from kbert.serving.saved_model import (HEAD_OF, MAIN_ORDER, ExportError, ExportOptions, export,
-                                       list_signatures, saved_model_ops, signatures_for)
+from kbert.serving.saved_model import (
+    HEAD_OF,
+    MAIN_ORDER,
+    ExportError,
+    ExportOptions,
+    export,
+    list_signatures,
+    saved_model_ops,
+    signatures_for,
+)
 
 __all__ = ["HEAD_OF", "MAIN_ORDER", "ExportError", "ExportOptions", "export", "list_signatures",
            "saved_model_ops", "signatures_for"]

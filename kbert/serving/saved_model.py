@@ -27,7 +27,8 @@ process runs this same `export` (every argument, every option, as JSON) in a Pyt
 with KERAS_BACKEND=tensorflow.
 
 Example:
->>> export("saved_models/minilm-l6-squad", "/tmp/sm", options=ExportOptions(top_k=3))  # doctest: +SKIP
+>>> options = ExportOptions(top_k=3)
+>>> export("minilm-l6-squad", "/tmp/sm", options=options)  # doctest: +SKIP
 '/tmp/sm/1'
 """
 

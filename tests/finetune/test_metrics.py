@@ -1,4 +1,5 @@
-"""kbert.finetune.metrics against the official SQuAD scripts (verbatim copies), seqeval and sklearn/scipy."""
+"""kbert.finetune.metrics against the official SQuAD scripts (verbatim copies), seqeval and
+sklearn/scipy."""
 
 import json
 import random

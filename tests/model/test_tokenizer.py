@@ -8,8 +8,14 @@ import pytest
 import tensorflow as tf
 
 from kbert.data.sentences import read_documents
-from kbert.tokenizer import (Tokenizer, basic_tokenize, build_vocab, char_offsets, read_vocab,
-                             write_vocab)
+from kbert.tokenizer import (
+    Tokenizer,
+    basic_tokenize,
+    build_vocab,
+    char_offsets,
+    read_vocab,
+    write_vocab,
+)
 
 HARD_CASES = [
     "Héllo Wörld! Café naïve résumé",                       # accents

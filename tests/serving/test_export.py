@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import kbert
-from kbert import BertConfig, checkpoint, convert, serving
 from helpers import WORDS, minilm_dir, tiny_vocab
+from kbert import BertConfig, checkpoint, convert, serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
