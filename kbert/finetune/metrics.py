@@ -1,13 +1,14 @@
 """Evaluation metrics with the official definitions: SQuAD EM/F1, GLUE scores, CoNLL entity F1.
 
-Every score is a percentage, as the official scripts print them. Nothing heavy is imported at
-module level (scikit-learn and scipy only inside the GLUE functions that need them).
+Every score is a percentage, as the official scripts print them. Plain Python and NumPy: no
+framework, Model Garden, scikit-learn or scipy is needed to score.
 
 - SQuAD v1.1 and v2.0: the scoring of the official evaluation scripts (`evaluate-v1.1.py`,
   `evaluate-v2.0.py`, Rajpurkar et al. 2016/2018), written out here; tests/finetune/test_metrics.py
   holds them equal to verbatim copies of the scripts.
 - GLUE: accuracy, binary F1 (positive class 1), Matthews correlation (CoLA), Pearson and
-  Spearman correlation (STS-B), computed with scikit-learn / scipy as GLUE's own baselines do.
+  Spearman correlation (STS-B), in NumPy as scikit-learn / scipy define them (GLUE's own
+  baselines use those; the tests hold ours equal to them).
 - CoNLL-2003: entity-level precision / recall / F1 with the chunk rules of `conlleval`
   (`split_tag`, `chunk_ends`, `chunk_starts`: a chunk starts at `B-`, at `I-` after `O` or
   after another type, ...), which read IOB1 and IOB2 alike. The serving graph builds its entity
@@ -156,26 +157,59 @@ def accuracy(labels, predictions):
 
 
 def f1(labels, predictions):
-    """Binary F1 of the positive class 1 (MRPC, QQP)."""
-    from sklearn.metrics import f1_score
-    return 100.0 * float(f1_score(labels, predictions, pos_label=1, average="binary"))
+    """Binary F1 of the positive class 1 (MRPC, QQP); 0 when nothing is positive.
+
+    >>> f1([1, 1, 0, 0], [1, 0, 1, 0])
+    50.0
+    """
+    labels, predictions = np.asarray(labels) == 1, np.asarray(predictions) == 1
+    tp = np.sum(labels & predictions)
+    wrong = np.sum(labels != predictions)
+    return 100.0 * float(2 * tp / (2 * tp + wrong)) if tp + wrong else 0.0
 
 
 def mcc(labels, predictions):
-    """Matthews correlation coefficient (CoLA)."""
-    from sklearn.metrics import matthews_corrcoef
-    return 100.0 * float(matthews_corrcoef(labels, predictions))
+    """Matthews correlation coefficient (CoLA), the multi-class form scikit-learn computes;
+    0 when either side holds a single class.
+
+    >>> mcc([1, 1, 0, 0], [1, 1, 0, 1])
+    57.73502691896258
+    """
+    classes, index = np.unique(np.concatenate([labels, predictions]), return_inverse=True)
+    n_labels = len(labels)
+    confusion = np.zeros((len(classes), len(classes)), np.float64)
+    np.add.at(confusion, (index[:n_labels], index[n_labels:]), 1)
+    true, pred, n = confusion.sum(1), confusion.sum(0), confusion.sum()
+    cov_true_pred = np.trace(confusion) * n - true @ pred
+    cov_true, cov_pred = n * n - true @ true, n * n - pred @ pred
+    if cov_true * cov_pred == 0:
+        return 0.0
+    return 100.0 * float(cov_true_pred / np.sqrt(cov_true * cov_pred))
 
 
 def pearson(labels, predictions):
-    from scipy.stats import pearsonr
-    return 100.0 * float(pearsonr(np.asarray(predictions, "float64"),
-                                  np.asarray(labels, "float64"))[0])
+    """Pearson correlation (STS-B)."""
+    x, y = np.asarray(predictions, "float64"), np.asarray(labels, "float64")
+    x, y = x - x.mean(), y - y.mean()
+    return 100.0 * float(np.sum(x * y) / np.sqrt(np.sum(x * x) * np.sum(y * y)))
+
+
+def _ranks(values):
+    """1-based ranks, ties given their average rank (scipy's `rankdata`)."""
+    values = np.asarray(values, "float64")
+    ranks = np.empty(len(values))
+    ranks[np.argsort(values, kind="stable")] = np.arange(1, len(values) + 1)
+    _, group = np.unique(values, return_inverse=True)
+    return (np.bincount(group, ranks) / np.bincount(group))[group]
 
 
 def spearman(labels, predictions):
-    from scipy.stats import spearmanr
-    return 100.0 * float(spearmanr(predictions, labels)[0])
+    """Spearman rank correlation (STS-B): Pearson's of the ranks.
+
+    >>> spearman([1.0, 2.0, 3.0, 4.0], [1.0, 4.0, 9.0, 16.0])
+    100.0
+    """
+    return pearson(_ranks(labels), _ranks(predictions))
 
 
 GLUE_METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson,
