@@ -77,16 +77,16 @@ def signatures_for(heads):
 def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version: int = 1,
            signatures: Sequence[str] | None = None,
            options: ExportOptions | None = None) -> str:
-    """Writes the SavedModel of checkpoint `checkpoint_dir` to `output/<version>/`.
+    """Writes the SavedModel of checkpoint `checkpoint_dir` (a directory, or a name that
+    `kbert.checkpoint.resolve` finds) to `output/<version>/`.
 
     signatures: the string signatures to write (default: every one the heads allow).
     options: the post-processing settings (`ExportOptions`; default: its defaults).
     Returns the version directory.
     """
-    checkpoint_dir, output = os.fspath(checkpoint_dir), os.fspath(output)
+    checkpoint_dir = checkpoint_lib.resolve(checkpoint_dir)   # a directory or a shipped name
+    output = os.fspath(output)
     options = options or ExportOptions()
-    if not os.path.isdir(checkpoint_dir):
-        raise checkpoint_lib.CheckpointError(f"checkpoint directory not found: {checkpoint_dir}")
     if int(version) < 1:
         raise ExportError(f"version must be a positive integer, got {version}")
     if keras.backend.backend() != "tensorflow":
