@@ -10,6 +10,9 @@ import importlib
 import json
 import os
 
+from kbert import checkpoint
+from kbert.models import BertBackbone
+
 
 def read_json(path):
     """A JSON file's content; broken JSON is one line naming the file."""
@@ -33,9 +36,6 @@ TARGETS = {
 
 def convert(source, src, output, dtype="float32"):
     """Converts `src` in format `source` into a kbert checkpoint directory at `output`."""
-    from kbert import checkpoint
-    from kbert.models import BertBackbone
-
     if source not in SOURCES:
         raise ValueError(f"unknown source format {source!r}; choose one of "
                          f"{', '.join(sorted(SOURCES))}")
@@ -60,8 +60,6 @@ def export(target, ckpt, output):
 
     target: "hf" (a transformers `save_pretrained` directory) or "keras-hub" (a preset directory).
     """
-    from kbert import checkpoint
-
     if target not in TARGETS:
         raise ValueError(f"unknown export format {target!r}; choose one of "
                          f"{', '.join(sorted(TARGETS))}")

@@ -12,9 +12,12 @@ the checkpoint's heads.
 
 import json
 import os
+import warnings
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
+from kbert.checkpoint import named_variables
 from kbert.config import BertConfig, read_vocab, shown, write_vocab
 from kbert.convert import guess_lower_case, read_json
 
@@ -43,9 +46,8 @@ def config_from_hf(hf):
 def read_state_dict(path):
     """{name: numpy array} from a safetensors or torch `.bin` file."""
     if path.endswith(".safetensors"):
-        from safetensors.numpy import load_file
         return load_file(path)
-    import torch
+    import torch  # only for `.bin` weights: torch is an optional dependency
     state = torch.load(path, map_location="cpu", weights_only=True)
     return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
@@ -290,12 +292,6 @@ def export_hf(ckpt, output):
     BertModel without heads. Writes `config.json`, `model.safetensors`, `vocab.txt`,
     `tokenizer_config.json` and `special_tokens_map.json`.
     """
-    import warnings
-
-    from safetensors.numpy import save_file
-
-    from kbert.checkpoint import named_variables
-
     heads = frozenset(ckpt.heads)
     if heads not in _ARCHITECTURES:
         raise ValueError(f"transformers has no BERT class with the heads {', '.join(sorted(heads))}"

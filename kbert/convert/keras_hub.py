@@ -21,7 +21,9 @@ import os
 import warnings
 
 import numpy as np
+from keras import ops
 
+from kbert.checkpoint import named_variables
 from kbert.config import BertConfig, read_vocab
 from kbert.convert import guess_lower_case, read_json
 
@@ -31,7 +33,6 @@ _KH_ACTIVATION = "gelu_approximate"
 
 
 def _to_numpy(variable):
-    from keras import ops
     return np.asarray(ops.convert_to_numpy(variable), dtype=np.float32)
 
 
@@ -96,7 +97,7 @@ def _mlm_options(task):
 
 def _load_model(directory, src):
     """(backbone, task or None) from a preset directory with keras-hub."""
-    import keras_hub
+    import keras_hub  # optional (kbert[convert]); it imports TensorFlow
 
     config_path = os.path.join(directory, "config.json")
     if not os.path.isfile(config_path):
@@ -153,9 +154,7 @@ def load(src):
 
 def export_keras_hub(ckpt, output):
     """Writes a loaded kbert `Checkpoint` as a keras-hub preset directory at `output`."""
-    import keras_hub
-
-    from kbert.checkpoint import named_variables
+    import keras_hub  # optional (kbert[convert]); it imports TensorFlow
 
     c = ckpt.config
     if c.hidden_act != _KH_ACTIVATION or c.layer_norm_epsilon != _KH_LAYER_NORM_EPSILON:
