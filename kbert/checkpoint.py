@@ -15,7 +15,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 
+import keras
 import numpy as np
 
 from kbert.config import BertConfig, read_vocab, shown, write_vocab
@@ -141,8 +143,11 @@ def named_variables(backbone, heads):
     return out
 
 
-def save(directory, model=None, vocab=None, do_lower_case=True, head_options=None,
-         dtype="float32", *, backbone=None, heads=None, model_card=None):
+def save(directory: str | os.PathLike, model: keras.Model | None = None,
+         vocab: str | Sequence[str] | None = None, do_lower_case: bool = True,
+         head_options: dict | None = None, dtype: str = "float32", *,
+         backbone: BertBackbone | None = None, heads: dict | None = None,
+         model_card: str | None = None) -> str:
     """Writes a checkpoint directory atomically (a temporary directory, then a rename).
 
     Args:
@@ -260,7 +265,7 @@ def resolve(name_or_path: str | os.PathLike) -> str:
         f"{shown(names) or 'none'})")
 
 
-def load(directory, dtype=None):
+def load(directory: str | os.PathLike, dtype: str | None = None) -> "Checkpoint":
     """Reads a checkpoint directory (or a checkpoint name, see `resolve`), checking every file
     and every weight's shape."""
     from safetensors import SafetensorError

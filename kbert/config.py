@@ -4,7 +4,7 @@ and the vocabulary file that goes with them (`read_vocab`, `write_vocab`, the sp
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 # name: (num_layers, hidden_size, num_heads), as in the paper and Turc et al. (2019).
 _PRESET_SHAPES = {
@@ -46,7 +46,7 @@ class BertConfig:
     layer_norm_epsilon: float = 1e-12
     initializer_range: float = 0.02
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
@@ -64,11 +64,11 @@ class BertConfig:
             raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not supported")
 
     @property
-    def head_size(self):
+    def head_size(self) -> int:
         return self.hidden_size // self.num_heads
 
     @classmethod
-    def preset(cls, name, **overrides):
+    def preset(cls, name: str, **overrides) -> "BertConfig":
         """A paper-sized config: `tiny`, `mini`, `small`, `medium`, `base` or `large`."""
         if name not in _PRESET_SHAPES:
             raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
@@ -78,20 +78,20 @@ class BertConfig:
         values.update(overrides)
         return cls(**values)
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: dict) -> "BertConfig":
         """Builds a config from a dict, ignoring keys that are not encoder hyper-parameters."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
-    def to_json(self):
+    def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str) -> "BertConfig":
         return cls.from_dict(json.loads(text))
 
     @classmethod
@@ -108,8 +108,9 @@ class BertConfig:
         return cls.from_dict(config)
 
     @classmethod
-    def from_preset_or_file(cls, name_or_path):
+    def from_preset_or_file(cls, name_or_path: str | os.PathLike) -> "BertConfig":
         """A preset name, a `config.json` path, or a checkpoint directory holding one."""
+        name_or_path = os.fspath(name_or_path)
         if name_or_path in _PRESET_SHAPES:
             return cls.preset(name_or_path)
         path = name_or_path
@@ -125,7 +126,7 @@ class BertConfig:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
-def shown(names, limit=8):
+def shown(names: Iterable[str], limit: int = 8) -> str:
     """'a, b, c and N more': a list in a one-line error message.
 
     >>> shown(["w1", "w2", "w3", "w4"], limit=2)
@@ -136,7 +137,7 @@ def shown(names, limit=8):
     return ", ".join(names[:limit]) + more
 
 
-def check_special_tokens(vocab, source="vocabulary"):
+def check_special_tokens(vocab: Sequence[str], source: str = "vocabulary") -> None:
     """Raises a one-line ValueError when `vocab` lacks one of BERT's `SPECIAL_TOKENS`.
 
     >>> check_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], "vocab.txt")

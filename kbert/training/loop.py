@@ -182,13 +182,19 @@ class PretrainResult:
     wall_seconds: float = 0.0
 
 
-def pretrain(data, output=None, config=None, init=None, vocab=None, batch_size=32, steps=1000,
-             warmup_steps=None, learning_rate=1e-4, max_seq_length=None,
-             max_predictions_per_seq=None, optimizer="adamw", weight_decay=0.01,
-             mixed_precision=None, jit_compile="auto", checkpoint_every=1000, accumulate=1,
-             dynamic_masking=False, phase_steps=None, seed=0, strategy="auto", tpu=None,
-             backup_dir=None, log_dir=None, save_dtype="float32", verbose="auto",
-             model_card=None, shuffle_buffer=10000, callbacks=()):
+def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = None,
+             config: BertConfig | dict | str | None = None, init: str | os.PathLike | None = None,
+             vocab: str | list[str] | None = None, batch_size: int = 32, steps: int = 1000,
+             warmup_steps: int | None = None, learning_rate: float = 1e-4,
+             max_seq_length: int | None = None, max_predictions_per_seq: int | None = None,
+             optimizer: str = "adamw", weight_decay: float = 0.01,
+             mixed_precision: str | None = None, jit_compile: str | bool = "auto",
+             checkpoint_every: int = 1000, accumulate: int = 1, dynamic_masking: bool = False,
+             phase_steps: list[int] | None = None, seed: int = 0, strategy: str = "auto",
+             tpu: str | None = None, backup_dir: str | None = None, log_dir: str | None = None,
+             save_dtype: str = "float32", verbose: bool | str = "auto",
+             model_card: str | None = None, shuffle_buffer: int = 10000,
+             callbacks: tuple | list = ()) -> "PretrainResult":
     """Pretrains (MLM + NSP) and writes a kbert checkpoint directory to `output`.
 
     Args:
