@@ -56,3 +56,13 @@ def test_name_search_path_and_its_error(tmp_path):
     assert done.stdout.split() == ["tiny-encoder"]
     assert done.stderr.strip().splitlines()[-1].endswith(
         "checkpoint directory not found: ./minilm-l6-squad")
+
+
+def test_app_serves_the_shipped_checkpoints_from_any_directory(tmp_path):
+    code = ("from app import server\n"
+            "demo, registry = server.build()\n"
+            "print(' '.join(registry.names))\n")
+    done = _python(code, tmp_path, GRADIO_ANALYTICS_ENABLED="False")
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = done.stdout.split()
+    assert "minilm-l6-mlm-nsp" in names and "minilm-l6-squad" in names, done.stdout
