@@ -100,6 +100,24 @@ def _head_kind(hf, state):
     return heads
 
 
+# One name table, read in both directions (import: HF → kbert, export: kbert → HF):
+# (kbert key, HF key, kind); "dense" is kernel/bias ↔ weight.T/bias, "norm" gamma/beta ↔
+# weight/bias. The fused query/key/value, the embeddings, the pooler and the MLM output bias
+# are mapped by hand beside it.
+_LAYER_NAMES = (("attention_output", "attention.output.dense", "dense"),
+                ("attention_layer_norm", "attention.output.LayerNorm", "norm"),
+                ("intermediate", "intermediate.dense", "dense"),
+                ("output", "output.dense", "dense"),
+                ("output_layer_norm", "output.LayerNorm", "norm"))
+_HEAD_NAMES = {"mlm": (("mlm/transform", "cls.predictions.transform.dense", "dense"),
+                       ("mlm/layer_norm", "cls.predictions.transform.LayerNorm", "norm")),
+               "nsp": (("nsp/dense", "cls.seq_relationship", "dense"),),
+               "span": (("span/dense", "qa_outputs", "dense"),),
+               "classifier": (("classifier/dense", "classifier", "dense"),),
+               "tagger": (("tagger/dense", "classifier", "dense"),),
+               "choice": (("choice/dense", "classifier", "dense"),)}
+
+
 def convert_state_dict(state, config, heads):
     """Renames/transposes a transformers state dict into kbert checkpoint keys."""
     state = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
@@ -137,30 +155,20 @@ def convert_state_dict(state, config, heads):
             [get(q + ".weight").T, get(k + ".weight").T, get(v + ".weight").T], axis=1)
         out[dst + "qkv/bias"] = np.concatenate([get(q + ".bias"), get(k + ".bias"),
                                                 get(v + ".bias")])
-        dense(dst + "attention_output", src + "attention.output.dense")
-        norm(dst + "attention_layer_norm", src + "attention.output.LayerNorm")
-        dense(dst + "intermediate", src + "intermediate.dense")
-        dense(dst + "output", src + "output.dense")
-        norm(dst + "output_layer_norm", src + "output.LayerNorm")
+        for ours, theirs, kind in _LAYER_NAMES:
+            (dense if kind == "dense" else norm)(dst + ours, src + theirs)
     if prefix + "pooler.dense.weight" in state:
         dense(b + "pooler/dense", "pooler.dense")
     else:  # BertForMaskedLM and token classifiers have no pooler: pooled = tanh(h_[CLS]).
         out[b + "pooler/dense/kernel"] = np.eye(config.hidden_size, dtype=np.float32)
         out[b + "pooler/dense/bias"] = np.zeros(config.hidden_size, np.float32)
+    for ours, theirs, kind in (n for head in heads for n in _HEAD_NAMES.get(head, ())):
+        (dense if kind == "dense" else norm)(ours, theirs)
     if "mlm" in heads:
-        dense("mlm/transform", "cls.predictions.transform.dense")
-        norm("mlm/layer_norm", "cls.predictions.transform.LayerNorm")
         bias_key = ("cls.predictions.bias" if "cls.predictions.bias" in state
                     else "cls.predictions.decoder.bias")
         out["mlm/output_bias"] = get(bias_key)
         used.update(k for k in state if k.startswith("cls.predictions.decoder"))
-    if "nsp" in heads:
-        dense("nsp/dense", "cls.seq_relationship")
-    if "span" in heads:
-        dense("span/dense", "qa_outputs")
-    for name in ("classifier", "tagger", "choice"):
-        if name in heads:
-            dense(f"{name}/dense", "classifier")
     ignored = {k for k in state if k.endswith("position_ids")}
     unused = sorted(set(state) - used - ignored)
     return out, unused
@@ -262,24 +270,14 @@ def to_state_dict(tensors, config, heads, prefix="bert.", pooler=True):
         for name, kernel, bias in zip(("query", "key", "value"), kernels, biases):
             out[f"{dst}attention.self.{name}.weight"] = kernel.T
             out[f"{dst}attention.self.{name}.bias"] = bias
-        dense(dst + "attention.output.dense", src + "attention_output")
-        norm(dst + "attention.output.LayerNorm", src + "attention_layer_norm")
-        dense(dst + "intermediate.dense", src + "intermediate")
-        dense(dst + "output.dense", src + "output")
-        norm(dst + "output.LayerNorm", src + "output_layer_norm")
+        for ours, theirs, kind in _LAYER_NAMES:
+            (dense if kind == "dense" else norm)(dst + theirs, src + ours)
     if pooler:
         dense(p + "pooler.dense", b + "pooler/dense")
+    for ours, theirs, kind in (n for head in heads for n in _HEAD_NAMES.get(head, ())):
+        (dense if kind == "dense" else norm)(theirs, ours)
     if "mlm" in heads:
-        dense("cls.predictions.transform.dense", "mlm/transform")
-        norm("cls.predictions.transform.LayerNorm", "mlm/layer_norm")
         out["cls.predictions.bias"] = tensors["mlm/output_bias"]
-    if "nsp" in heads:
-        dense("cls.seq_relationship", "nsp/dense")
-    if "span" in heads:
-        dense("qa_outputs", "span/dense")
-    for name in ("classifier", "tagger", "choice"):
-        if name in heads:
-            dense("classifier", f"{name}/dense")
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
