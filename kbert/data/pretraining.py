@@ -205,7 +205,7 @@ _TOKENIZERS = {}
 
 
 def _tokenizer(vocab, lower_case):
-    from kbert.tokenizer import Tokenizer
+    from kbert.tokenizer import Tokenizer  # on use: instance making needs no TensorFlow
     key = (tuple(vocab), lower_case)
     if key not in _TOKENIZERS:
         _TOKENIZERS.clear()
