@@ -9,8 +9,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _python(code, cwd, **env):
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO),
-               **env)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO),
+               **{"KERAS_BACKEND": "tensorflow", **env})
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
@@ -41,7 +41,7 @@ def test_name_search_path_and_its_error(tmp_path):
             "print(checkpoint.resolve('tiny-encoder'))\n"
             "print(checkpoint.resolve('minilm-l6-mlm-nsp'))\n"
             "checkpoint.resolve('nope')\n")
-    done = _python(code, work, KBERT_MODELS=str(mine))
+    done = _python(code, work, KBERT_MODELS=str(mine), KERAS_BACKEND="jax")  # no TF needed
     found_mine, found_shipped = done.stdout.split()
     assert found_mine == str(mine / "tiny-encoder")
     assert pathlib.Path(found_shipped).resolve() == REPO / "saved_models" / "minilm-l6-mlm-nsp"
@@ -52,7 +52,8 @@ def test_name_search_path_and_its_error(tmp_path):
     # an existing directory wins over a name; a path that does not exist is not looked up
     (work / "tiny-encoder").mkdir()
     done = _python("from kbert import checkpoint\nprint(checkpoint.resolve('tiny-encoder'))\n"
-                   "checkpoint.resolve('./minilm-l6-squad')\n", work, KBERT_MODELS=str(mine))
+                   "checkpoint.resolve('./minilm-l6-squad')\n", work, KBERT_MODELS=str(mine),
+                   KERAS_BACKEND="jax")
     assert done.stdout.split() == ["tiny-encoder"]
     assert done.stderr.strip().splitlines()[-1].endswith(
         "checkpoint directory not found: ./minilm-l6-squad")
