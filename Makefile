@@ -1,8 +1,10 @@
 # Two commands do all set-up on a fresh machine:
 #   make app    - install everything, then serve the playground on the shipped checkpoints
-#   make test   - install everything, then run the test suite on all three Keras backends
+#   make test   - install everything, lint, run the doctests and the test suite on all three
+#                 Keras backends, and check a JAX-only install
 VENV ?= .venv
 PY := $(VENV)/bin/python
+JAX_VENV ?= .venv-jax
 export TF_CPP_MIN_LOG_LEVEL := 3
 export GRADIO_ANALYTICS_ENABLED := False
 export HF_HUB_OFFLINE := 1
@@ -17,6 +19,23 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 install: $(VENV)/.installed
 
+# Only keras, jax (CPU) and kbert[jax] (pyproject's core dependencies), at the pinned versions:
+# proves kbert installs and trains without TensorFlow. Editable, so the source under test is used.
+$(JAX_VENV)/.installed: requirements.txt pyproject.toml
+	rm -rf $(JAX_VENV)
+	python3 -m venv $(JAX_VENV)
+	$(JAX_VENV)/bin/python -m pip install -q -c requirements.txt -e ".[jax]"
+	touch $@
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+doctest: $(VENV)/.installed
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q --doctest-modules kbert
+
+jax-only: $(JAX_VENV)/.installed
+	KERAS_BACKEND=jax $(JAX_VENV)/bin/python .ci/jax_only.py
+
 # Debian's Chromium for the playground's browser test (Playwright drives it; no browser download).
 # Best effort: without apt or root the test skips and everything else still runs.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
@@ -30,9 +49,10 @@ browser:
 app: $(VENV)/.installed
 	$(PY) -m app
 
-test: $(VENV)/.installed browser
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 tests
+# The docstring examples (--doctest-modules kbert) run in the TensorFlow pass.
+test: $(VENV)/.installed browser lint jax-only
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --doctest-modules tests kbert
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 -m multibackend tests
 	KERAS_BACKEND=torch $(PY) -m pytest -q -n 2 -m multibackend tests
 
-.PHONY: install browser app test
+.PHONY: install browser app test lint doctest jax-only

@@ -4,7 +4,7 @@ import argparse
 import logging
 import os
 
-DEFAULT_MODELS_DIR = "saved_models"
+DEFAULT_MODELS_DIR = None  # None: the first directory of kbert.checkpoint.search_path()
 
 
 def add_arguments(parser):
@@ -13,7 +13,8 @@ def add_arguments(parser):
                              "in --models-dir")
     parser.add_argument("--models-dir", default=DEFAULT_MODELS_DIR,
                         help="directory whose checkpoint sub-directories are served "
-                             "(default: saved_models)")
+                             "(default: the first of $KBERT_MODELS, then the shipped "
+                             "saved_models)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it)")
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
@@ -30,6 +31,8 @@ def build(models=(), models_dir=DEFAULT_MODELS_DIR, concurrency=2):
     """(demo, registry): the queued Blocks app over the checkpoints found."""
     from app.registry import Registry, discover
     from app.ui import build_demo
+    from kbert.checkpoint import search_path
+    models_dir = models_dir or next(iter(search_path()), "saved_models")
     registry = Registry(discover(models_dir, models))
     demo = build_demo(registry)
     demo.queue(default_concurrency_limit=max(1, concurrency), max_size=256)

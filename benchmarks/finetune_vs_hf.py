@@ -124,12 +124,11 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
     import transformers
 
     from kbert import checkpoint as checkpoint_lib
+    from kbert.finetune import PAD_TO_MULTIPLE, batching
     from kbert.finetune.tasks import get_task
-    from kbert.finetune import PAD_TO_MULTIPLE
     from kbert.models import BertClassifier
-    from kbert.training.optimization import create_optimizer
-    from kbert.finetune import batching
     from kbert.tokenizer import Tokenizer
+    from kbert.training.optimization import create_optimizer
 
     torch.manual_seed(args.seed)
     keras.utils.set_random_seed(args.seed)

@@ -6,9 +6,9 @@ On a GPU every implementation runs in bfloat16 (kbert: `mixed_bfloat16` + XLA on
 
 MFU = achieved FLOP/s ÷ a matmul peak measured in this run (the best of float32 numpy and torch
 matmuls on CPU, bf16 torch on GPU). FLOPs per step, the 6·params·tokens rule, counted as:
-    6 · (encoder matmul weights, without embeddings) · B·T                 dense layers
-  + 6 · (H·V) · B·P                                                        tied MLM decoder, P positions
-  + 12 · L · T · H · B·T                                                   attention scores + context
+    6 · (encoder matmul weights, without embeddings) · B·T     dense layers
+  + 6 · (H·V) · B·P                                            tied MLM decoder, P positions
+  + 12 · L · T · H · B·T                                       attention scores + context
 (kbert and keras-hub score the P masked positions only; HF scores all T positions, which is more
 work that this count does not credit.)
 
@@ -66,6 +66,7 @@ def _gpu():
 
 def run_kbert(config, batch, seq, preds, warmup, steps):
     import keras
+
     import kbert
     from kbert.training.optimization import create_optimizer
     gpu = _gpu()

@@ -12,7 +12,7 @@ result is an ordinary kbert checkpoint directory.
         --output corpus.npz
     python examples/pretrain_arrays.py prepare --shards heldout/ --output heldout.npz
     # anywhere (KERAS_BACKEND=jax or torch; a GPU with bfloat16)
-    python examples/pretrain_arrays.py train --corpus corpus.npz --init saved_models/minilm-l6-mlm-nsp \\
+    python examples/pretrain_arrays.py train --corpus corpus.npz --init minilm-l6-mlm-nsp \\
         --output out/ckpt --batch-size 256 --steps 3000 --learning-rate 2e-4 --eval heldout.npz \\
         --mixed-precision mixed_bfloat16
 """
@@ -27,11 +27,10 @@ import time
 
 import numpy as np
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kbert.data.pretraining import FEATURES  # pure Python: no TensorFlow
 
-FEATURES = ("input_ids", "segment_ids", "input_mask", "masked_lm_positions", "masked_lm_ids",
-            "masked_lm_weights", "next_sentence_labels")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+INPUTS = ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")  # the model's inputs
 
 
 # --- prepare (needs TensorFlow) -----------------------------------------------------------------
@@ -123,7 +122,7 @@ def make_instances(corpus, dupe_factor, seed, max_seq_length=128, max_prediction
 
 
 def split(arrays):
-    x = {k: arrays[k] for k in FEATURES[:4]}
+    x = {k: arrays[k] for k in INPUTS}
     y = {"mlm_logits": arrays["masked_lm_ids"], "nsp_logits": arrays["next_sentence_labels"]}
     w = {"mlm_logits": arrays["masked_lm_weights"],
          "nsp_logits": np.ones(len(arrays["input_ids"]), np.float32)}
@@ -151,9 +150,9 @@ def train(args):
     import keras
 
     from kbert import checkpoint
+    from kbert.training import build_pretrainer
     from kbert.training.callbacks import StopAfter, TrainingMetrics
     from kbert.training.optimization import create_optimizer
-    from kbert.training import build_pretrainer
 
     started = time.perf_counter()
     keras.utils.set_random_seed(args.seed)

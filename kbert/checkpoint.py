@@ -15,10 +15,12 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 
+import keras
 import numpy as np
 
-from kbert.config import BertConfig, read_vocab
+from kbert.config import BertConfig, read_vocab, shown, write_vocab
 from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
                          SpanHead, TokenClassificationHead)
 from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
@@ -141,8 +143,11 @@ def named_variables(backbone, heads):
     return out
 
 
-def save(directory, model=None, vocab=None, do_lower_case=True, head_options=None,
-         dtype="float32", *, backbone=None, heads=None, model_card=None):
+def save(directory: str | os.PathLike, model: keras.Model | None = None,
+         vocab: str | Sequence[str] | None = None, do_lower_case: bool = True,
+         head_options: dict | None = None, dtype: str = "float32", *,
+         backbone: BertBackbone | None = None, heads: dict | None = None,
+         model_card: str | None = None) -> str:
     """Writes a checkpoint directory atomically (a temporary directory, then a rename).
 
     Args:
@@ -175,8 +180,7 @@ def save(directory, model=None, vocab=None, do_lower_case=True, head_options=Non
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
             f.write("\n")
-        with open(os.path.join(tmp, "vocab.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(vocab) + "\n")
+        write_vocab(vocab, os.path.join(tmp, "vocab.txt"))
         save_file(tensors, os.path.join(tmp, WEIGHTS_FILE), metadata={"format": "kbert"})
         card = model_card
         if card is None and os.path.isfile(os.path.join(directory, "MODEL_CARD.md")):
@@ -226,14 +230,48 @@ def _read_config(directory):
         raise CheckpointError(f"{path}: {e}") from None
 
 
-def load(directory, dtype=None):
-    """Reads a checkpoint directory, checking every file and every weight's shape."""
+def search_path() -> list[str]:
+    """Where a checkpoint is looked up by name: each directory of `$KBERT_MODELS`
+    (os.pathsep-separated), then the `saved_models/` of the source tree kbert is imported from
+    (a checkout or an editable install), where the shipped checkpoints are."""
+    dirs = [d for d in os.environ.get("KBERT_MODELS", "").split(os.pathsep) if d]
+    shipped = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "saved_models")
+    return [d for d in dirs + [shipped] if os.path.isdir(d)]
+
+
+def resolve(name_or_path: str | os.PathLike) -> str:
+    """A checkpoint directory from a path or a name: an existing directory wins; else a bare
+    name (no path separator) is looked up in `search_path()`, the first match winning.
+
+    >>> os.path.basename(resolve("minilm-l6-mlm-nsp"))  # doctest: +SKIP
+    'minilm-l6-mlm-nsp'
+    """
+    path = os.fspath(name_or_path)
+    if os.path.isdir(path):
+        return path
+    is_name = path and os.sep not in path and (os.altsep is None or os.altsep not in path)
+    if not is_name or path.startswith("."):
+        raise CheckpointError(f"checkpoint directory not found: {path}")
+    dirs = search_path()
+    for d in dirs:
+        if os.path.isfile(os.path.join(d, path, "config.json")):
+            return os.path.join(d, path)
+    names = sorted({n for d in dirs for n in os.listdir(d)
+                    if os.path.isfile(os.path.join(d, n, "config.json"))})
+    raise CheckpointError(
+        f"checkpoint directory not found: {path} (not a directory, nor a checkpoint name in "
+        f"{os.pathsep.join(dirs) or 'no directory: set KBERT_MODELS'}; names found: "
+        f"{shown(names) or 'none'})")
+
+
+def load(directory: str | os.PathLike, dtype: str | None = None) -> "Checkpoint":
+    """Reads a checkpoint directory (or a checkpoint name, see `resolve`), checking every file
+    and every weight's shape."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise CheckpointError(f"checkpoint directory not found: {directory}")
+    directory = resolve(directory)
     raw, config = _read_config(directory)
     vocab_path = os.path.join(directory, "vocab.txt")
     if not os.path.isfile(vocab_path):
@@ -263,11 +301,9 @@ def assign(variables, tensors, source="weights", allow_extra=False):
     missing = sorted(set(variables) - set(tensors))
     extra = sorted(set(tensors) - set(variables))
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise CheckpointError(f"{source}: missing weights {shown}")
+        raise CheckpointError(f"{source}: missing weights {shown(missing)}")
     if extra and not allow_extra:
-        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
-        raise CheckpointError(f"{source}: unexpected weights {shown}")
+        raise CheckpointError(f"{source}: unexpected weights {shown(extra)}")
     for key, variable in variables.items():
         value = np.asarray(tensors[key])
         if tuple(value.shape) != tuple(variable.shape):

@@ -66,8 +66,11 @@ def _add_build_vocab(sub):
 
 def _run_build_vocab(args):
     from kbert import tokenizer
-    vocab = tokenizer.build_vocab(args.input, args.vocab_size, lower_case=not args.cased,
-                                  num_unused=args.num_unused, input_format=args.input_format)
+    from kbert.data.sentences import read_documents
+    sentences = (s for document in read_documents(args.input, args.input_format)
+                 for s in document)
+    vocab = tokenizer.build_vocab(sentences, args.vocab_size, lower_case=not args.cased,
+                                  num_unused=args.num_unused)
     tokenizer.write_vocab(vocab, args.output)
     print(f"wrote {args.output}: {len(vocab)} tokens")
 

@@ -1,9 +1,10 @@
 """BertConfig: the encoder's hyper-parameters, the paper's presets and a JSON round trip;
-and the vocabulary file that goes with them."""
+and the vocabulary file that goes with them (`read_vocab`, `write_vocab`, the special tokens)."""
 
 import dataclasses
 import json
 import os
+from collections.abc import Iterable, Sequence
 
 # name: (num_layers, hidden_size, num_heads), as in the paper and Turc et al. (2019).
 _PRESET_SHAPES = {
@@ -45,7 +46,7 @@ class BertConfig:
     layer_norm_epsilon: float = 1e-12
     initializer_range: float = 0.02
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
@@ -57,16 +58,17 @@ class BertConfig:
                 f"num_heads ({self.num_heads})")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
         if self.hidden_act not in ("gelu", "gelu_new", "gelu_approximate", "relu", "tanh", "silu"):
             raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not supported")
 
     @property
-    def head_size(self):
+    def head_size(self) -> int:
         return self.hidden_size // self.num_heads
 
     @classmethod
-    def preset(cls, name, **overrides):
+    def preset(cls, name: str, **overrides) -> "BertConfig":
         """A paper-sized config: `tiny`, `mini`, `small`, `medium`, `base` or `large`."""
         if name not in _PRESET_SHAPES:
             raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
@@ -76,25 +78,39 @@ class BertConfig:
         values.update(overrides)
         return cls(**values)
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: dict) -> "BertConfig":
         """Builds a config from a dict, ignoring keys that are not encoder hyper-parameters."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
-    def to_json(self):
+    def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str) -> "BertConfig":
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def from_preset_or_file(cls, name_or_path):
+    def from_any(cls, config: "BertConfig | dict | str") -> "BertConfig":
+        """A config as given: a `BertConfig`, a dict, a preset name, or a config.json path.
+
+        >>> BertConfig.from_any("tiny").num_layers, BertConfig.from_any({"num_heads": 4}).num_heads
+        (2, 4)
+        """
+        if isinstance(config, cls):
+            return config
+        if isinstance(config, (str, os.PathLike)):
+            return cls.from_preset_or_file(os.fspath(config))
+        return cls.from_dict(config)
+
+    @classmethod
+    def from_preset_or_file(cls, name_or_path: str | os.PathLike) -> "BertConfig":
         """A preset name, a `config.json` path, or a checkpoint directory holding one."""
+        name_or_path = os.fspath(name_or_path)
         if name_or_path in _PRESET_SHAPES:
             return cls.preset(name_or_path)
         path = name_or_path
@@ -110,15 +126,57 @@ class BertConfig:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
-def read_vocab(path):
-    """The WordPiece vocabulary: one token a line, the line number is the id."""
+def shown(names: Iterable[str], limit: int = 8) -> str:
+    """'a, b, c and N more': a list in a one-line error message.
+
+    >>> shown(["w1", "w2", "w3", "w4"], limit=2)
+    'w1, w2 and 2 more'
+    """
+    names = list(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def check_special_tokens(vocab: Sequence[str], source: str = "vocabulary") -> None:
+    """Raises a one-line ValueError when `vocab` lacks one of BERT's `SPECIAL_TOKENS`.
+
+    >>> check_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], "vocab.txt")
+    Traceback (most recent call last):
+    ...
+    ValueError: vocab.txt: vocabulary lacks the special tokens [MASK]
+    """
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        where = "" if source == "vocabulary" else f"{source}: "
+        raise ValueError(f"{where}vocabulary lacks the special tokens {' '.join(missing)}")
+
+
+def read_vocab(vocab: str | os.PathLike | Sequence[str]) -> list[str]:
+    """The WordPiece vocabulary: one token a line, the line number is the id.
+
+    A list of tokens is taken as it is (copied); either way the special tokens are checked.
+
+    >>> read_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello"])[-1]
+    'hello'
+    """
+    if not isinstance(vocab, (str, os.PathLike)):
+        vocab = list(vocab)
+        check_special_tokens(vocab)
+        return vocab
+    path = os.fspath(vocab)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"vocabulary file not found: {path}")
     with open(path, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n").rstrip("\r") for line in f]
-    while vocab and vocab[-1] == "":
-        vocab.pop()
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        raise ValueError(f"{path}: vocabulary lacks the special tokens {' '.join(missing)}")
-    return vocab
+        tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    check_special_tokens(tokens, path)
+    return tokens
+
+
+def write_vocab(vocab: Sequence[str], path: str | os.PathLike) -> None:
+    """One token a line (`read_vocab`'s format), written atomically."""
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(f"{token}\n" for token in vocab))
+    os.replace(tmp, path)

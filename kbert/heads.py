@@ -22,7 +22,7 @@ class MaskedLMHead(keras.layers.Layer):
     Example:
     >>> emb = keras.layers.Embedding(100, 8); emb.build((None,))
     >>> head = MaskedLMHead(emb)
-    >>> head(ops.ones((2, 5, 8)), ops.zeros((2, 3), "int32")).shape
+    >>> tuple(head(ops.ones((2, 5, 8)), ops.zeros((2, 3), "int32")).shape)
     (2, 3, 100)
     """
 
@@ -40,8 +40,8 @@ class MaskedLMHead(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy)
 
-    def build(self, sequence_shape, positions_shape=None):
-        hidden = sequence_shape[-1]
+    def build(self, sequence_output_shape, masked_lm_positions_shape=None):
+        hidden = sequence_output_shape[-1]
         self.transform.build((None, hidden))
         self.layer_norm.build((None, hidden))
         self.output_bias = self.add_weight(

@@ -51,7 +51,7 @@ class BertEmbeddings(keras.layers.Layer):
 
     Example:
     >>> layer = BertEmbeddings(vocab_size=100, hidden_size=8, max_position_embeddings=16)
-    >>> layer(ops.ones((2, 5), "int32"), ops.zeros((2, 5), "int32")).shape
+    >>> tuple(layer(ops.ones((2, 5), "int32"), ops.zeros((2, 5), "int32")).shape)
     (2, 5, 8)
     """
 
@@ -108,7 +108,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     Example:
     >>> block = TransformerEncoderBlock(hidden_size=8, num_heads=2, intermediate_size=32)
-    >>> block(ops.ones((2, 5, 8)), ops.ones((2, 5), "int32")).shape
+    >>> tuple(block(ops.ones((2, 5, 8)), ops.ones((2, 5), "int32")).shape)
     (2, 5, 8)
     """
 
@@ -169,7 +169,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         mask_bias = (1.0 - ops.cast(input_mask, "float32")) * -1e9             # [B, T]
         probs = ops.softmax(scores + mask_bias[:, None, None, :], axis=-1)
         probs = ops.cast(probs, self.compute_dtype)
-        context = ops.einsum("bnts,bsnd->btnd", self.attention_probs_dropout(probs, training=training), v)
+        probs_dropped = self.attention_probs_dropout(probs, training=training)
+        context = ops.einsum("bnts,bsnd->btnd", probs_dropped, v)              # [B, T, N, D]
         return ops.reshape(context, (batch, seq_len, self.hidden_size)), probs  # [B, T, H]
 
     def call(self, x, input_mask, training=False, return_attention=False):

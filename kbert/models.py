@@ -13,14 +13,6 @@ from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, N
 from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
 
 
-def _as_config(config):
-    if isinstance(config, BertConfig):
-        return config
-    if isinstance(config, str):
-        return BertConfig.from_preset_or_file(config)
-    return BertConfig.from_dict(config)
-
-
 def _unpack(inputs):
     """(input_ids, segment_ids, input_mask) from a dict or a bare `input_ids` tensor."""
     if not isinstance(inputs, dict):
@@ -48,13 +40,13 @@ class BertBackbone(keras.Model):
     Example:
     >>> backbone = BertBackbone(BertConfig.preset("tiny", vocab_size=100))
     >>> out = backbone({"input_ids": ops.ones((2, 6), "int32")})
-    >>> out["sequence_output"].shape, out["pooled_output"].shape
+    >>> tuple(out["sequence_output"].shape), tuple(out["pooled_output"].shape)
     ((2, 6, 128), (2, 128))
     """
 
     def __init__(self, config=None, **kwargs):
         super().__init__(**kwargs)
-        self.config = _as_config(config if config is not None else BertConfig())
+        self.config = BertConfig.from_any(config if config is not None else BertConfig())
         c = self.config
         self.embeddings = BertEmbeddings(
             c.vocab_size, c.hidden_size, c.max_position_embeddings, c.type_vocab_size,
@@ -139,7 +131,7 @@ class BertPretrainer(_TaskModel):
     >>> model = BertPretrainer(BertConfig.preset("tiny", vocab_size=100))
     >>> out = model({"input_ids": ops.ones((2, 6), "int32"),
     ...              "masked_lm_positions": ops.ones((2, 3), "int32")})
-    >>> out["mlm_logits"].shape, out["nsp_logits"].shape
+    >>> tuple(out["mlm_logits"].shape), tuple(out["nsp_logits"].shape)
     ((2, 3, 100), (2, 2))
     """
 
@@ -213,7 +205,7 @@ class BertClassifier(_SingleHeadModel):
 
     Example:
     >>> model = BertClassifier(BertConfig.preset("tiny", vocab_size=100), num_labels=3)
-    >>> model({"input_ids": ops.ones((2, 6), "int32")}).shape
+    >>> tuple(model({"input_ids": ops.ones((2, 6), "int32")}).shape)
     (2, 3)
     """
     head_class = ClassificationHead

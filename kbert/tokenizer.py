@@ -17,13 +17,14 @@ BERT's basic tokenization followed by WordPiece, built from ops that TF Serving 
 `char_offsets` turns the byte offsets into character offsets of a Python string (for QA).
 """
 
-import os
+import collections
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-from kbert.config import SPECIAL_TOKENS, read_vocab  # noqa: F401  (re-exported)
+from kbert.config import SPECIAL_TOKENS, read_vocab, write_vocab  # noqa: F401  (re-exported)
 
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK], as in google-research/bert
 
@@ -43,6 +44,9 @@ def _byte_length(strings):
 
 def char_offsets(text, starts, ends):
     """Byte offsets into `text`'s UTF-8 encoding → character offsets into the Python string.
+
+    Twin: `kbert.serving.graph_ops.char_offset` does this in the exported graph;
+    tests/serving/test_graph_ops.py holds the two equal.
 
     >>> char_offsets("héllo wörld", [0, 7], [6, 13])
     ([0, 6], [5, 11])
@@ -90,20 +94,19 @@ def basic_tokenize(texts, lower_case=True):
     return tf.ragged.boolean_mask(words, tf.strings.length(words) > 0)
 
 
-def build_vocab(paths, vocab_size, lower_case=True, num_unused=99, input_format="auto"):
-    """Learn a WordPiece vocabulary (tensorflow-text's learner) from text files.
+def build_vocab(texts, vocab_size, lower_case=True, num_unused=99):
+    """Learn a WordPiece vocabulary (tensorflow-text's learner) from an iterable of texts.
 
     The layout is BERT's: `[PAD]` = 0, then `num_unused` `[unusedN]` slots (free ids for tokens
     added later), then `[UNK] [CLS] [SEP] [MASK]`, then the learned tokens. With 99 unused slots
-    the special ids are those of the original vocabularies (0, 100, 101, 102, 103).
+    the special ids are those of the original vocabularies (0, 100, 101, 102, 103). Texts are
+    read in batches, so a generator over a large corpus is fine (`kbert build-vocab` passes the
+    sentences of `kbert.data.sentences.read_documents`).
 
-    >>> vocab = build_vocab(["corpus.txt"], 8000)  # doctest: +SKIP
+    >>> vocab = build_vocab(["the cat sat on the mat"] * 5, 30, num_unused=0)
+    >>> vocab[:5], "cat" in vocab
+    (['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'], True)
     """
-    import collections
-
-    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
-
-    from kbert.data.sentences import read_documents
     reserved = (["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)]
                 + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"])
     if vocab_size <= len(reserved):
@@ -114,26 +117,17 @@ def build_vocab(paths, vocab_size, lower_case=True, num_unused=99, input_format=
     def count(batch):
         counts.update(w.decode("utf-8") for w in
                       basic_tokenize(batch, lower_case).flat_values.numpy())
-    for document in read_documents(paths, input_format):
-        batch.extend(document)
+    for text in texts:
+        batch.append(text)
         if len(batch) >= 4096:
             count(batch)
             batch = []
     if batch:
         count(batch)
     if not counts:
-        raise ValueError("no text in the input files: " + " ".join(paths))
-    vocab = learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
-                          max_input_tokens=-1)
-    return vocab
-
-
-def write_vocab(vocab, path):
-    """One token a line, written atomically."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(f"{token}\n" for token in vocab))
-    os.replace(tmp, path)
+        raise ValueError("no text to learn a vocabulary from")
+    return learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
+                         max_input_tokens=-1)
 
 
 class Tokenizer:
@@ -152,10 +146,7 @@ class Tokenizer:
     """
 
     def __init__(self, vocab, lower_case=True):
-        self.vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
-        missing = [t for t in SPECIAL_TOKENS if t not in self.vocab]
-        if missing:
-            raise ValueError(f"vocabulary lacks the special tokens {' '.join(missing)}")
+        self.vocab = read_vocab(vocab)
         self.lower_case = lower_case
         self.token_to_id = {t: i for i, t in enumerate(self.vocab)}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (

@@ -10,7 +10,8 @@ import importlib
 import json
 import os
 
-from kbert.config import read_vocab
+from kbert import checkpoint
+from kbert.models import BertBackbone
 
 
 def read_json(path):
@@ -35,9 +36,6 @@ TARGETS = {
 
 def convert(source, src, output, dtype="float32"):
     """Converts `src` in format `source` into a kbert checkpoint directory at `output`."""
-    from kbert import checkpoint
-    from kbert.models import BertBackbone
-
     if source not in SOURCES:
         raise ValueError(f"unknown source format {source!r}; choose one of "
                          f"{', '.join(sorted(SOURCES))}")
@@ -62,8 +60,6 @@ def export(target, ckpt, output):
 
     target: "hf" (a transformers `save_pretrained` directory) or "keras-hub" (a preset directory).
     """
-    from kbert import checkpoint
-
     if target not in TARGETS:
         raise ValueError(f"unknown export format {target!r}; choose one of "
                          f"{', '.join(sorted(TARGETS))}")
@@ -75,25 +71,16 @@ def export(target, ckpt, output):
 
 def guess_lower_case(vocab, directory=None):
     """Whether a vocabulary is uncased: from the directory name (`uncased_`/`cased_`, as Google
-    names its releases), else from the vocabulary (an uncased one has no capitalised word)."""
+    names its releases), else from the vocabulary (an uncased one has no capitalised word).
+
+    >>> guess_lower_case(["[PAD]", "[UNK]", "the", "Paris"]), guess_lower_case(["[CLS]", "the"])
+    (False, True)
+    >>> guess_lower_case(["Paris"], "models/uncased_L-2_H-128_A-2")
+    True
+    """
     name = os.path.basename(os.path.normpath(directory or "")).lower()
     if "uncased" in name:
         return True
     if "cased" in name:
         return False
-    return not any(t[:1].isupper() for t in vocab if not t.startswith("["))
-
-
-def read_vocab_file(path):
-    """The tokens of a `vocab.txt`; a clear FileNotFoundError when it is absent."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{os.path.dirname(path) or '.'}: missing "
-                                f"{os.path.basename(path)} (the WordPiece vocabulary)")
-    return read_vocab(path)
-
-
-def shown(names, limit=8):
-    """'a, b, c and N more' for error messages."""
-    names = list(names)
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
+    return not any("A" <= t[:1] <= "Z" for t in vocab)  # not isupper(): uncased has "ℝ"

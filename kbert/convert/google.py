@@ -22,8 +22,9 @@ import os
 
 import numpy as np
 
-from kbert.config import BertConfig
-from kbert.convert import guess_lower_case, read_json, read_vocab_file, shown
+from kbert.config import read_vocab, shown
+from kbert.convert import guess_lower_case, read_json
+from kbert.convert.hf import config_from_hf
 from kbert.convert.tf_checkpoint import CheckpointReader, find_checkpoint
 
 CONFIG_FILE = "bert_config.json"
@@ -54,16 +55,9 @@ def read_config(path):
     if act not in _ACTIVATIONS:
         raise ValueError(f"{path}: hidden_act {act!r} is not supported; "
                          f"expected one of {', '.join(_ACTIVATIONS)}")
-    try:
-        return BertConfig(
-            vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
-            num_layers=raw["num_hidden_layers"], num_heads=raw["num_attention_heads"],
-            intermediate_size=raw["intermediate_size"], hidden_act=_ACTIVATIONS[act],
-            max_position_embeddings=raw.get("max_position_embeddings", 512),
-            type_vocab_size=raw.get("type_vocab_size", 16),
-            dropout=raw.get("hidden_dropout_prob", 0.1),
-            attention_dropout=raw.get("attention_probs_dropout_prob", 0.1),
-            layer_norm_epsilon=1e-12, initializer_range=raw.get("initializer_range", 0.02))
+    try:  # HF's config keys are google-research's; only two defaults and the GELU differ
+        return config_from_hf({**raw, "hidden_act": _ACTIVATIONS[act], "layer_norm_eps": 1e-12,
+                               "type_vocab_size": raw.get("type_vocab_size", 16)})
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
 
@@ -149,7 +143,7 @@ def load(src):
         raise ValueError(f"{prefix}: word_embeddings have {rows} rows but {CONFIG_FILE} says "
                          f"vocab_size {config.vocab_size}")
     vocab_path = os.path.join(directory, "vocab.txt")
-    vocab = read_vocab_file(vocab_path)
+    vocab = read_vocab(vocab_path)
     if len(vocab) != config.vocab_size:
         raise ValueError(f"{vocab_path} has {len(vocab)} tokens but the checkpoint's "
                          f"word_embeddings have {config.vocab_size} rows")

@@ -12,11 +12,14 @@ the checkpoint's heads.
 
 import json
 import os
+import warnings
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
-from kbert.config import BertConfig, read_vocab
-from kbert.convert import read_json
+from kbert.checkpoint import named_variables
+from kbert.config import BertConfig, read_vocab, shown, write_vocab
+from kbert.convert import guess_lower_case, read_json
 
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -43,9 +46,8 @@ def config_from_hf(hf):
 def read_state_dict(path):
     """{name: numpy array} from a safetensors or torch `.bin` file."""
     if path.endswith(".safetensors"):
-        from safetensors.numpy import load_file
         return load_file(path)
-    import torch
+    import torch  # only for `.bin` weights: torch is an optional dependency
     state = torch.load(path, map_location="cpu", weights_only=True)
     return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
@@ -62,13 +64,13 @@ def _vocab(directory):
 
 
 def _lower_case(directory, vocab):
+    """tokenizer_config.json's `do_lower_case`, else `guess_lower_case`."""
     path = os.path.join(directory, "tokenizer_config.json")
     if os.path.isfile(path):
         value = read_json(path).get("do_lower_case")
         if value is not None:
             return bool(value)
-    # An uncased vocabulary has no capitalised whole words.
-    return not any(t[:1].isupper() for t in vocab[1000:2000])
+    return guess_lower_case(vocab, directory)
 
 
 def _head_kind(hf, state):
@@ -98,6 +100,24 @@ def _head_kind(hf, state):
     return heads
 
 
+# One name table, read in both directions (import: HF → kbert, export: kbert → HF):
+# (kbert key, HF key, kind); "dense" is kernel/bias ↔ weight.T/bias, "norm" gamma/beta ↔
+# weight/bias. The fused query/key/value, the embeddings, the pooler and the MLM output bias
+# are mapped by hand beside it.
+_LAYER_NAMES = (("attention_output", "attention.output.dense", "dense"),
+                ("attention_layer_norm", "attention.output.LayerNorm", "norm"),
+                ("intermediate", "intermediate.dense", "dense"),
+                ("output", "output.dense", "dense"),
+                ("output_layer_norm", "output.LayerNorm", "norm"))
+_HEAD_NAMES = {"mlm": (("mlm/transform", "cls.predictions.transform.dense", "dense"),
+                       ("mlm/layer_norm", "cls.predictions.transform.LayerNorm", "norm")),
+               "nsp": (("nsp/dense", "cls.seq_relationship", "dense"),),
+               "span": (("span/dense", "qa_outputs", "dense"),),
+               "classifier": (("classifier/dense", "classifier", "dense"),),
+               "tagger": (("tagger/dense", "classifier", "dense"),),
+               "choice": (("choice/dense", "classifier", "dense"),)}
+
+
 def convert_state_dict(state, config, heads):
     """Renames/transposes a transformers state dict into kbert checkpoint keys."""
     state = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
@@ -114,7 +134,7 @@ def convert_state_dict(state, config, heads):
         return np.asarray(state[key], dtype=np.float32)
 
     def dense(dst, src):
-        out[f"{dst}/kernel"] = get(f"{src}.weight").T                   # torch [out, in] → [in, out]
+        out[f"{dst}/kernel"] = get(f"{src}.weight").T               # torch [out, in] → [in, out]
         out[f"{dst}/bias"] = get(f"{src}.bias")
 
     def norm(dst, src):
@@ -135,30 +155,20 @@ def convert_state_dict(state, config, heads):
             [get(q + ".weight").T, get(k + ".weight").T, get(v + ".weight").T], axis=1)
         out[dst + "qkv/bias"] = np.concatenate([get(q + ".bias"), get(k + ".bias"),
                                                 get(v + ".bias")])
-        dense(dst + "attention_output", src + "attention.output.dense")
-        norm(dst + "attention_layer_norm", src + "attention.output.LayerNorm")
-        dense(dst + "intermediate", src + "intermediate.dense")
-        dense(dst + "output", src + "output.dense")
-        norm(dst + "output_layer_norm", src + "output.LayerNorm")
+        for ours, theirs, kind in _LAYER_NAMES:
+            (dense if kind == "dense" else norm)(dst + ours, src + theirs)
     if prefix + "pooler.dense.weight" in state:
         dense(b + "pooler/dense", "pooler.dense")
     else:  # BertForMaskedLM and token classifiers have no pooler: pooled = tanh(h_[CLS]).
         out[b + "pooler/dense/kernel"] = np.eye(config.hidden_size, dtype=np.float32)
         out[b + "pooler/dense/bias"] = np.zeros(config.hidden_size, np.float32)
+    for ours, theirs, kind in (n for head in heads for n in _HEAD_NAMES.get(head, ())):
+        (dense if kind == "dense" else norm)(ours, theirs)
     if "mlm" in heads:
-        dense("mlm/transform", "cls.predictions.transform.dense")
-        norm("mlm/layer_norm", "cls.predictions.transform.LayerNorm")
         bias_key = ("cls.predictions.bias" if "cls.predictions.bias" in state
                     else "cls.predictions.decoder.bias")
         out["mlm/output_bias"] = get(bias_key)
         used.update(k for k in state if k.startswith("cls.predictions.decoder"))
-    if "nsp" in heads:
-        dense("nsp/dense", "cls.seq_relationship")
-    if "span" in heads:
-        dense("span/dense", "qa_outputs")
-    for name in ("classifier", "tagger", "choice"):
-        if name in heads:
-            dense(f"{name}/dense", "classifier")
     ignored = {k for k in state if k.endswith("position_ids")}
     unused = sorted(set(state) - used - ignored)
     return out, unused
@@ -183,8 +193,7 @@ def load(src):
     heads = _head_kind(hf, state)
     tensors, unused = convert_state_dict(state, config, heads)
     if unused:
-        raise ValueError(f"{weights}: unexpected variables {', '.join(unused[:8])}"
-                         + (f" and {len(unused) - 8} more" if len(unused) > 8 else ""))
+        raise ValueError(f"{weights}: unexpected variables {shown(unused)}")
     vocab = _vocab(directory)
     return config, tensors, heads, vocab, _lower_case(directory, vocab)
 
@@ -261,24 +270,14 @@ def to_state_dict(tensors, config, heads, prefix="bert.", pooler=True):
         for name, kernel, bias in zip(("query", "key", "value"), kernels, biases):
             out[f"{dst}attention.self.{name}.weight"] = kernel.T
             out[f"{dst}attention.self.{name}.bias"] = bias
-        dense(dst + "attention.output.dense", src + "attention_output")
-        norm(dst + "attention.output.LayerNorm", src + "attention_layer_norm")
-        dense(dst + "intermediate.dense", src + "intermediate")
-        dense(dst + "output.dense", src + "output")
-        norm(dst + "output.LayerNorm", src + "output_layer_norm")
+        for ours, theirs, kind in _LAYER_NAMES:
+            (dense if kind == "dense" else norm)(dst + theirs, src + ours)
     if pooler:
         dense(p + "pooler.dense", b + "pooler/dense")
+    for ours, theirs, kind in (n for head in heads for n in _HEAD_NAMES.get(head, ())):
+        (dense if kind == "dense" else norm)(theirs, ours)
     if "mlm" in heads:
-        dense("cls.predictions.transform.dense", "mlm/transform")
-        norm("cls.predictions.transform.LayerNorm", "mlm/layer_norm")
         out["cls.predictions.bias"] = tensors["mlm/output_bias"]
-    if "nsp" in heads:
-        dense("cls.seq_relationship", "nsp/dense")
-    if "span" in heads:
-        dense("qa_outputs", "span/dense")
-    for name in ("classifier", "tagger", "choice"):
-        if name in heads:
-            dense("classifier", f"{name}/dense")
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
@@ -291,12 +290,6 @@ def export_hf(ckpt, output):
     BertModel without heads. Writes `config.json`, `model.safetensors`, `vocab.txt`,
     `tokenizer_config.json` and `special_tokens_map.json`.
     """
-    import warnings
-
-    from safetensors.numpy import save_file
-
-    from kbert.checkpoint import named_variables
-
     heads = frozenset(ckpt.heads)
     if heads not in _ARCHITECTURES:
         raise ValueError(f"transformers has no BERT class with the heads {', '.join(sorted(heads))}"
@@ -330,6 +323,5 @@ def export_hf(ckpt, output):
         with open(os.path.join(output, name), "w", encoding="utf-8") as f:
             json.dump(content, f, indent=2)
             f.write("\n")
-    with open(os.path.join(output, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(ckpt.vocab) + "\n")
+    write_vocab(ckpt.vocab, os.path.join(output, "vocab.txt"))
     return output

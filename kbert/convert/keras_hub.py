@@ -21,9 +21,11 @@ import os
 import warnings
 
 import numpy as np
+from keras import ops
 
-from kbert.config import BertConfig
-from kbert.convert import guess_lower_case, read_json, read_vocab_file
+from kbert.checkpoint import named_variables
+from kbert.config import BertConfig, read_vocab
+from kbert.convert import guess_lower_case, read_json
 
 _TASKS = {"BertMaskedLM": "mlm", "BertTextClassifier": "classifier"}
 _KH_LAYER_NORM_EPSILON = 1e-12
@@ -31,7 +33,6 @@ _KH_ACTIVATION = "gelu_approximate"
 
 
 def _to_numpy(variable):
-    from keras import ops
     return np.asarray(ops.convert_to_numpy(variable), dtype=np.float32)
 
 
@@ -96,7 +97,7 @@ def _mlm_options(task):
 
 def _load_model(directory, src):
     """(backbone, task or None) from a preset directory with keras-hub."""
-    import keras_hub
+    import keras_hub  # optional (kbert[convert]); it imports TensorFlow
 
     config_path = os.path.join(directory, "config.json")
     if not os.path.isfile(config_path):
@@ -142,7 +143,7 @@ def load(src):
             [_to_numpy(d.kernel).reshape(h, h) for d in layers], axis=1)
         tensors[prefix + "qkv/bias"] = np.concatenate([_to_numpy(d.bias).reshape(h)
                                                       for d in layers])
-    vocab = read_vocab_file(os.path.join(directory, "assets", "tokenizer", "vocabulary.txt"))
+    vocab = read_vocab(os.path.join(directory, "assets", "tokenizer", "vocabulary.txt"))
     tokenizer_path = os.path.join(directory, "tokenizer.json")
     lower = (read_json(tokenizer_path).get("config", {}).get("lowercase")
              if os.path.isfile(tokenizer_path) else None)
@@ -153,9 +154,7 @@ def load(src):
 
 def export_keras_hub(ckpt, output):
     """Writes a loaded kbert `Checkpoint` as a keras-hub preset directory at `output`."""
-    import keras_hub
-
-    from kbert.checkpoint import named_variables
+    import keras_hub  # optional (kbert[convert]); it imports TensorFlow
 
     c = ckpt.config
     if c.hidden_act != _KH_ACTIVATION or c.layer_norm_epsilon != _KH_LAYER_NORM_EPSILON:

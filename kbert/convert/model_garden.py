@@ -29,8 +29,8 @@ import warnings
 
 import numpy as np
 
-from kbert.config import BertConfig
-from kbert.convert import guess_lower_case, read_vocab_file, shown
+from kbert.config import BertConfig, read_vocab, shown
+from kbert.convert import guess_lower_case
 from kbert.convert.tf_checkpoint import CheckpointReader, find_checkpoint
 
 CONFIG_FILES = ("params.yaml", "params.json", "encoder_config.yaml", "encoder_config.json",
@@ -229,7 +229,7 @@ def load(src):
     options, mlm_activation, config_path = read_options(directory)
     config = read_config(ckpt, layout, options, config_path)
     vocab_path = os.path.join(directory, "vocab.txt")
-    vocab = read_vocab_file(vocab_path)
+    vocab = read_vocab(vocab_path)
     if len(vocab) != config.vocab_size:
         raise ValueError(f"{vocab_path} has {len(vocab)} tokens but the checkpoint's word "
                          f"embeddings have {config.vocab_size} rows")

@@ -7,6 +7,8 @@ reader only, whatever the Keras backend.
 import glob
 import os
 
+import numpy as np
+
 _SUFFIXES = (".index", ".meta")
 _OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -17,7 +19,7 @@ def find_checkpoint(src, preferred=()):
     In a directory: the one its `checkpoint` file points at, else a `preferred` prefix name,
     else the only `*.index` there.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # on use: the other importers and the core need no TensorFlow
 
     if os.path.isdir(src):
         if os.path.isfile(os.path.join(src, "checkpoint")):
@@ -73,8 +75,6 @@ class CheckpointReader:
 
     def get(self, name):
         """The value of variable `name` as float32; a ValueError naming it when absent."""
-        import numpy as np
-
         if name not in self.shapes:
             raise ValueError(f"{self.prefix}: missing variable {name}")
         return np.asarray(self._reader.get_tensor(self._raw_names[name]), dtype=np.float32)

@@ -13,7 +13,7 @@ import os
 
 import tensorflow as tf
 
-from kbert.tokenizer import SPECIAL_TOKENS
+from kbert.config import check_special_tokens
 
 
 def feature_spec(max_seq_length=128, max_predictions_per_seq=20):
@@ -154,9 +154,7 @@ class DynamicMasking:
         self.word_ids = tf.constant(
             [i for i, t in enumerate(vocab) if not (t.startswith("[") and t.endswith("]"))],
             tf.int32)
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-        if missing:
-            raise ValueError(f"vocabulary lacks the special tokens {' '.join(missing)}")
+        check_special_tokens(vocab)
         self.max_predictions_per_seq = max_predictions_per_seq
         self.masked_lm_prob = masked_lm_prob
 

@@ -33,6 +33,7 @@ import numpy as np
 from kbert.config import read_vocab
 from kbert.data.sentences import InputReport, check_inputs, read_documents
 
+# The tf.train.Example features of a pretraining shard (all int64 but masked_lm_weights).
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
             "masked_lm_weights", "next_sentence_labels")
 Instance = collections.namedtuple(
@@ -204,7 +205,7 @@ _TOKENIZERS = {}
 
 
 def _tokenizer(vocab, lower_case):
-    from kbert.tokenizer import Tokenizer
+    from kbert.tokenizer import Tokenizer  # on use: instance making needs no TensorFlow
     key = (tuple(vocab), lower_case)
     if key not in _TOKENIZERS:
         _TOKENIZERS.clear()

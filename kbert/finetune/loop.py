@@ -84,7 +84,9 @@ def _scores(spec, model, prepared, options, batch_size, tune=False):
     return spec.score(prepared, outputs, options, tune=tune)
 
 
-def evaluate(task, model, data, batch_size=64, max_seq_length=None):
+def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
+             data: str | os.PathLike, batch_size: int = 64,
+             max_seq_length: int | None = None) -> dict[str, float]:
     """The task's official scores (percentages) of a fine-tuned checkpoint on `data`.
 
     Args:
@@ -158,11 +160,14 @@ def _model_card(task, init, train, dev, settings, history, metric):
     return "\n".join(lines) + "\n"
 
 
-def finetune(task, init, train, dev, output, epochs=3, learning_rate=3e-5, batch_size=32,
-             warmup=0.1, max_seq_length=None, seed=0, weight_decay=0.01,
-             tune_null_threshold=False, jit_compile="auto", save_dtype="float32",
-             eval_batch_size=64, max_train_examples=None, bucketing=True, model_card=None,
-             verbose=True):
+def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
+             dev: str | os.PathLike | None, output: str | os.PathLike, epochs: int = 3,
+             learning_rate: float = 3e-5, batch_size: int = 32, warmup: float = 0.1,
+             max_seq_length: int | None = None, seed: int = 0, weight_decay: float = 0.01,
+             tune_null_threshold: bool = False, jit_compile: str | bool = "auto",
+             save_dtype: str = "float32", eval_batch_size: int = 64,
+             max_train_examples: int | None = None, bucketing: bool = True,
+             model_card: str | None = None, verbose: bool = True) -> "FinetuneResult":
     """Fine-tunes `init` on `train`, keeping the epoch with the best `dev` score in `output`.
 
     Args:

@@ -1,14 +1,18 @@
 """Evaluation metrics with the official definitions: SQuAD EM/F1, GLUE scores, CoNLL entity F1.
 
-Every score is a percentage, as the official scripts print them.
+Every score is a percentage, as the official scripts print them. Plain Python and NumPy: no
+framework, Model Garden, scikit-learn or scipy is needed to score.
 
-- SQuAD v1.1 and v2.0: the official evaluation scripts, as Model Garden ships them
-  (`official/nlp/tools/squad_evaluate_v1_1.py`, `squad_evaluate_v2_0.py`).
+- SQuAD v1.1 and v2.0: the scoring of the official evaluation scripts (`evaluate-v1.1.py`,
+  `evaluate-v2.0.py`, Rajpurkar et al. 2016/2018), written out here; tests/finetune/test_metrics.py
+  holds them equal to verbatim copies of the scripts.
 - GLUE: accuracy, binary F1 (positive class 1), Matthews correlation (CoLA), Pearson and
-  Spearman correlation (STS-B), computed with scikit-learn / scipy as GLUE's own baselines do.
+  Spearman correlation (STS-B), in NumPy as scikit-learn / scipy define them (GLUE's own
+  baselines use those; the tests hold ours equal to them).
 - CoNLL-2003: entity-level precision / recall / F1 with the chunk rules of `conlleval`
-  (a chunk starts at `B-`, at `I-` after `O` or after another type, ...), which read IOB1 and
-  IOB2 alike.
+  (`split_tag`, `chunk_ends`, `chunk_starts`: a chunk starts at `B-`, at `I-` after `O` or
+  after another type, ...), which read IOB1 and IOB2 alike. The serving graph builds its entity
+  tables from these same rules (`kbert.serving.graph_ops.chunk_tables`).
 
 Example:
 >>> squad_v1_1({"q1": ["Denver Broncos"]}, {"q1": "the Denver Broncos"})
@@ -17,22 +21,43 @@ Example:
 100.0
 """
 
+import collections
+import re
+import string
+
 import numpy as np
-from official.nlp.tools import squad_evaluate_v1_1 as _squad_v1
-from official.nlp.tools import squad_evaluate_v2_0 as _squad_v2
+
 
 # --- SQuAD ---------------------------------------------------------------------------------------
-normalize_answer = _squad_v2._normalize_answer  # lower, drop punctuation, articles, extra spaces
+def normalize_answer(text):
+    """Lower-case, drop punctuation, the articles a/an/the and extra whitespace (both scripts).
+
+    >>> normalize_answer("The  Denver Broncos!")
+    'denver broncos'
+    """
+    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
-def _as_dataset(gold):
-    """The official scripts read SQuAD's `data` list; `{qid: [answer texts]}` is accepted too."""
+def _token_f1(prediction_tokens, gold_tokens):
+    """F1 of the bag-of-words overlap (0 when nothing is shared)."""
+    common = collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(gold_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def _questions(gold):
+    """The `qas` entries of SQuAD's `data` list; `{qid: [answer texts]}` is accepted too."""
     if isinstance(gold, dict) and "data" in gold:
-        return gold["data"]
+        gold = gold["data"]
     if isinstance(gold, dict):
-        qas = [{"id": qid, "answers": [{"text": t} for t in texts]} for qid, texts in gold.items()]
-        return [{"paragraphs": [{"qas": qas}]}]
-    return gold
+        return [{"id": qid, "answers": [{"text": t} for t in texts]} for qid, texts in gold.items()]
+    return [qa for article in gold for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]]
 
 
 def squad_v1_1(gold, predictions):
@@ -42,9 +67,54 @@ def squad_v1_1(gold, predictions):
         gold: the SQuAD JSON (dict with `data`), its `data` list, or `{qid: [answer texts]}`.
         predictions: `{qid: answer text}`; a question without a prediction scores 0.
     """
-    scores = _squad_v1.evaluate(_as_dataset(gold), predictions)
-    # The official script prints 100.0 * sum / total; Model Garden returns sum / total.
-    return {"exact_match": 100.0 * scores["exact_match"], "f1": 100.0 * scores["final_f1"]}
+    exact = f1 = total = 0
+    for qa in _questions(gold):
+        total += 1
+        if qa["id"] not in predictions:
+            continue
+        prediction = normalize_answer(predictions[qa["id"]])
+        truths = [normalize_answer(a["text"]) for a in qa["answers"]]
+        exact += max(prediction == truth for truth in truths)
+        f1 += max(_token_f1(prediction.split(), truth.split()) for truth in truths)
+    return {"exact_match": 100.0 * exact / total, "f1": 100.0 * f1 / total}
+
+
+def squad_exact_f1(prediction, answers):
+    """One question's (exact, f1) in [0, 1] as `evaluate-v2.0.py`, max over gold answers; `[]`
+    (or answers that normalize to nothing) means no answer, matched only by an empty prediction.
+
+    >>> squad_exact_f1("Denver", ["Denver Broncos"])
+    (0, 0.6666666666666666)
+    >>> squad_exact_f1("", [])
+    (1, 1)
+    """
+    golds = [a for a in answers if normalize_answer(a)] or [""]
+    predicted = normalize_answer(prediction)
+
+    def f1(gold):
+        gold_tokens, prediction_tokens = gold.split(), predicted.split()
+        if not gold_tokens or not prediction_tokens:
+            return int(gold_tokens == prediction_tokens)
+        return _token_f1(prediction_tokens, gold_tokens)
+
+    golds = [normalize_answer(a) for a in golds]
+    return max(int(g == predicted) for g in golds), max(f1(g) for g in golds)
+
+
+def _best_threshold(predictions, scores, na_probs, has_answer):
+    """`evaluate-v2.0.py`'s best no-answer threshold: answer "" above it; (score, threshold)."""
+    score = best = sum(1 for qid in has_answer if not has_answer[qid])
+    threshold = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in scores:
+            continue
+        if has_answer[qid]:
+            score += scores[qid]
+        else:
+            score += -1 if predictions[qid] else 0
+        if score > best:
+            best, threshold = score, na_probs[qid]
+    return 100.0 * best / len(scores), threshold
 
 
 def squad_v2_0(gold, predictions, na_probs=None):
@@ -57,25 +127,28 @@ def squad_v2_0(gold, predictions, na_probs=None):
     as the best non-null answers. Only questions that have a prediction are scored, as the
     official script does.
     """
-    dataset = _as_dataset(gold)
-    raw = _squad_v2.evaluate(dataset, predictions)
-    out = {"exact_match": raw["exact"], "f1": raw["f1"], "total": raw["total"]}
-    for prefix in ("HasAns", "NoAns"):
-        for key in ("exact", "f1", "total"):
-            if f"{prefix}_{key}" in raw:
-                out[f"{prefix}_{key}"] = raw[f"{prefix}_{key}"]
+    qas = [qa for qa in _questions(gold) if qa["id"] in predictions]
+    has_answer = {qa["id"]: bool(qa["answers"]) for qa in qas}
+    exact, f1 = {}, {}
+    for qa in qas:
+        texts = [a["text"] for a in qa["answers"]]
+        exact[qa["id"]], f1[qa["id"]] = squad_exact_f1(predictions[qa["id"]], texts)
+    out = {}
+    groups = (("", list(exact)), ("HasAns_", [q for q in exact if has_answer[q]]),
+              ("NoAns_", [q for q in exact if not has_answer[q]]))
+    for prefix, qids in groups:
+        if qids or not prefix:
+            total = len(qids)
+            out[f"{prefix}exact" if prefix else "exact_match"] = (
+                100.0 * sum(exact[q] for q in qids) / total)
+            out[f"{prefix}f1"] = 100.0 * sum(f1[q] for q in qids) / total
+            out[f"{prefix}total"] = total
     if na_probs is not None:
-        best = _squad_v2.evaluate(dataset, predictions, na_probs=na_probs)
-        out.update(best_exact=best["final_exact"], best_exact_thresh=best["final_exact_thresh"],
-                   best_f1=best["final_f1"], best_f1_thresh=best["final_f1_thresh"])
+        out["best_exact"], out["best_exact_thresh"] = _best_threshold(
+            predictions, exact, na_probs, has_answer)
+        out["best_f1"], out["best_f1_thresh"] = _best_threshold(
+            predictions, f1, na_probs, has_answer)
     return out
-
-
-def squad_exact_f1(prediction, answers):
-    """One question's (exact, f1) in [0, 1], max over gold answers; `[]` means no answer."""
-    golds = [a for a in answers if normalize_answer(a)] or [""]
-    return (max(_squad_v2._compute_exact(a, prediction) for a in golds),
-            max(_squad_v2._compute_f1(a, prediction) for a in golds))
 
 
 # --- GLUE ----------------------------------------------------------------------------------------
@@ -84,26 +157,59 @@ def accuracy(labels, predictions):
 
 
 def f1(labels, predictions):
-    """Binary F1 of the positive class 1 (MRPC, QQP)."""
-    from sklearn.metrics import f1_score
-    return 100.0 * float(f1_score(labels, predictions, pos_label=1, average="binary"))
+    """Binary F1 of the positive class 1 (MRPC, QQP); 0 when nothing is positive.
+
+    >>> f1([1, 1, 0, 0], [1, 0, 1, 0])
+    50.0
+    """
+    labels, predictions = np.asarray(labels) == 1, np.asarray(predictions) == 1
+    tp = np.sum(labels & predictions)
+    wrong = np.sum(labels != predictions)
+    return 100.0 * float(2 * tp / (2 * tp + wrong)) if tp + wrong else 0.0
 
 
 def mcc(labels, predictions):
-    """Matthews correlation coefficient (CoLA)."""
-    from sklearn.metrics import matthews_corrcoef
-    return 100.0 * float(matthews_corrcoef(labels, predictions))
+    """Matthews correlation coefficient (CoLA), the multi-class form scikit-learn computes;
+    0 when either side holds a single class.
+
+    >>> mcc([1, 1, 0, 0], [1, 1, 0, 1])
+    57.73502691896258
+    """
+    classes, index = np.unique(np.concatenate([labels, predictions]), return_inverse=True)
+    n_labels = len(labels)
+    confusion = np.zeros((len(classes), len(classes)), np.float64)
+    np.add.at(confusion, (index[:n_labels], index[n_labels:]), 1)
+    true, pred, n = confusion.sum(1), confusion.sum(0), confusion.sum()
+    cov_true_pred = np.trace(confusion) * n - true @ pred
+    cov_true, cov_pred = n * n - true @ true, n * n - pred @ pred
+    if cov_true * cov_pred == 0:
+        return 0.0
+    return 100.0 * float(cov_true_pred / np.sqrt(cov_true * cov_pred))
 
 
 def pearson(labels, predictions):
-    from scipy.stats import pearsonr
-    return 100.0 * float(pearsonr(np.asarray(predictions, "float64"),
-                                  np.asarray(labels, "float64"))[0])
+    """Pearson correlation (STS-B)."""
+    x, y = np.asarray(predictions, "float64"), np.asarray(labels, "float64")
+    x, y = x - x.mean(), y - y.mean()
+    return 100.0 * float(np.sum(x * y) / np.sqrt(np.sum(x * x) * np.sum(y * y)))
+
+
+def _ranks(values):
+    """1-based ranks, ties given their average rank (scipy's `rankdata`)."""
+    values = np.asarray(values, "float64")
+    ranks = np.empty(len(values))
+    ranks[np.argsort(values, kind="stable")] = np.arange(1, len(values) + 1)
+    _, group = np.unique(values, return_inverse=True)
+    return (np.bincount(group, ranks) / np.bincount(group))[group]
 
 
 def spearman(labels, predictions):
-    from scipy.stats import spearmanr
-    return 100.0 * float(spearmanr(predictions, labels)[0])
+    """Spearman rank correlation (STS-B): Pearson's of the ranks.
+
+    >>> spearman([1.0, 2.0, 3.0, 4.0], [1.0, 4.0, 9.0, 16.0])
+    100.0
+    """
+    return pearson(_ranks(labels), _ranks(predictions))
 
 
 GLUE_METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson,
@@ -121,8 +227,12 @@ def glue_scores(metric_names, labels, predictions):
 
 
 # --- CoNLL entities ------------------------------------------------------------------------------
-def _split_tag(tag):
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', '')."""
+def split_tag(tag):
+    """conlleval's reading of a tag: (prefix, type).
+
+    >>> split_tag("B-PER"), split_tag("O")
+    (('B', 'PER'), ('O', ''))
+    """
     if tag in ("O", "."):
         return tag, ""
     prefix, _, kind = tag.partition("-")
@@ -131,7 +241,8 @@ def _split_tag(tag):
     return prefix, kind
 
 
-def _chunk_ends(prev_tag, tag, prev_type, kind):
+def chunk_ends(prev_tag, tag, prev_type, kind):
+    """conlleval's `endOfChunk`: does a chunk end between the previous word and this one?"""
     if prev_tag in ("E", "S"):
         return True
     if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
@@ -139,7 +250,8 @@ def _chunk_ends(prev_tag, tag, prev_type, kind):
     return prev_tag not in ("O", ".") and prev_type != kind
 
 
-def _chunk_starts(prev_tag, tag, prev_type, kind):
+def chunk_starts(prev_tag, tag, prev_type, kind):
+    """conlleval's `startOfChunk`: does a chunk start at this word, given the previous one?"""
     if tag in ("B", "S"):
         return True
     if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
@@ -156,11 +268,11 @@ def entities(tags):
     chunks, start = [], None
     prev_tag, prev_type = "O", ""
     for i, t in enumerate(list(tags) + ["O"]):
-        tag, kind = _split_tag(t)
-        if start is not None and _chunk_ends(prev_tag, tag, prev_type, kind):
+        tag, kind = split_tag(t)
+        if start is not None and chunk_ends(prev_tag, tag, prev_type, kind):
             chunks.append((prev_type, start, i - 1))
             start = None
-        if _chunk_starts(prev_tag, tag, prev_type, kind):
+        if chunk_starts(prev_tag, tag, prev_type, kind):
             start = i
         prev_tag, prev_type = tag, kind
     return chunks

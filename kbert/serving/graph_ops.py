@@ -9,6 +9,8 @@ them loads in TF Serving 2.20. Each function mirrors one step of the Python refe
 
 import tensorflow as tf
 
+from kbert.finetune.metrics import chunk_ends, chunk_starts, split_tag
+
 
 def truncate_pair(len_a, len_b, budget):
     """Lengths after google-research/bert's `_truncate_seq_pair`: one token at a time from the
@@ -76,7 +78,14 @@ def pack(special, first, second=None, max_seq_length=512):
 
 
 def char_offset(texts, byte_offsets):
-    """Byte offsets into `texts` (same shape, -1 = none) → character offsets (-1 kept)."""
+    """Byte offsets into `texts` (same shape, -1 = none) → character offsets (-1 kept).
+
+    Twin: `kbert.tokenizer.char_offsets` does this in Python; tests/serving/test_graph_ops.py
+    holds the two equal.
+
+    >>> char_offset(tf.constant(["héllo", "wörld"]), tf.constant([3, -1])).numpy().tolist()
+    [2, -1]
+    """
     prefix = tf.strings.substr(texts, tf.zeros_like(byte_offsets), tf.maximum(byte_offsets, 0))
     chars = tf.cast(tf.strings.length(prefix, unit="UTF8_CHAR"), byte_offsets.dtype)
     return tf.where(byte_offsets < 0, tf.constant(-1, byte_offsets.dtype), chars)
@@ -103,11 +112,9 @@ def mask_positions(input_ids, mask_id, max_masks):
 def chunk_tables(labels):
     """conlleval's chunk start / end rules (`kbert.finetune.metrics`) as [L + 1, L + 1] tables over
     (previous label, label); index L is the "O" that surrounds each sentence."""
-    from kbert.finetune.metrics import _chunk_ends, _chunk_starts, _split_tag
-
-    parts = [_split_tag(label) for label in labels] + [("O", "")]
-    ends = [[_chunk_ends(p[0], t[0], p[1], t[1]) for t in parts] for p in parts]
-    starts = [[_chunk_starts(p[0], t[0], p[1], t[1]) for t in parts] for p in parts]
+    parts = [split_tag(label) for label in labels] + [("O", "")]
+    ends = [[chunk_ends(p[0], t[0], p[1], t[1]) for t in parts] for p in parts]
+    starts = [[chunk_starts(p[0], t[0], p[1], t[1]) for t in parts] for p in parts]
     return tf.constant(starts), tf.constant(ends), tf.constant([p[1] for p in parts])
 
 

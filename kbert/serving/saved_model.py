@@ -1,6 +1,7 @@
 """`kbert export`: a TensorFlow SavedModel for TF Serving — raw UTF-8 strings in, answers out.
 
-    DIR/<version>/saved_model.pb, variables/, assets/vocab.txt
+    DIR/<version>/saved_model.pb, variables/, assets/vocab.txt,
+                  assets.extra/export_options.json (the `ExportOptions` the graph was built with)
 
 Tokenization (`kbert.tokenizer`, tf-text ops), packing and post-processing run in the graph,
 with ops TF Serving 2.20 ships (TF core + TF Text 2.20), and give `kbert.load(CKPT)`'s answers.
@@ -21,15 +22,28 @@ Inputs are [B] string tensors; outputs (each signature only where the checkpoint
                                next_sentence or embed, the first present)
 
 Keras variables of any backend load from the checkpoint's safetensors; the graph is traced with
-the TensorFlow backend, so another backend's process re-runs the export in a subprocess.
+the TensorFlow backend. A TensorFlow-backend process exports in-process; another backend's
+process runs this same `export` (every argument, every option, as JSON) in a Python subprocess
+with KERAS_BACKEND=tensorflow.
+
+Example:
+>>> options = ExportOptions(top_k=3)
+>>> export("minilm-l6-squad", "/tmp/sm", options=options)  # doctest: +SKIP
+'/tmp/sm/1'
 """
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
+
+import keras
+
+from kbert import checkpoint as checkpoint_lib
 
 MAIN_ORDER = ("answer", "classify", "tag", "fill_mask", "next_sentence", "embed")
 HEAD_OF = {"fill_mask": "mlm", "next_sentence": "nsp", "answer": "span", "classify": "classifier",
@@ -38,6 +52,8 @@ HEAD_OF = {"fill_mask": "mlm", "next_sentence": "nsp", "answer": "span", "classi
 
 @dataclasses.dataclass
 class ExportOptions:
+    """How the serving graph post-processes; each field is baked into the SavedModel."""
+
     top_k: int = 5                # fillers per mask, answers per question
     max_masks: int = 5            # [MASK]s answered per text (M)
     answer_seq_length: int = 384  # SQuAD window, as `Bert.answer`
@@ -58,20 +74,21 @@ def signatures_for(heads):
     return sorted(names, key=lambda n: MAIN_ORDER.index(n) if n in MAIN_ORDER else 99)
 
 
-def export(checkpoint_dir, output, version=1, signatures=None, options=None):
-    """Writes the SavedModel of checkpoint `checkpoint_dir` to `output/<version>/`.
+def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version: int = 1,
+           signatures: Sequence[str] | None = None,
+           options: ExportOptions | None = None) -> str:
+    """Writes the SavedModel of checkpoint `checkpoint_dir` (a directory, or a name that
+    `kbert.checkpoint.resolve` finds) to `output/<version>/`.
 
     signatures: the string signatures to write (default: every one the heads allow).
+    options: the post-processing settings (`ExportOptions`; default: its defaults).
     Returns the version directory.
     """
-    from kbert import checkpoint as checkpoint_lib
-
+    checkpoint_dir = checkpoint_lib.resolve(checkpoint_dir)   # a directory or a shipped name
+    output = os.fspath(output)
     options = options or ExportOptions()
-    if not os.path.isdir(checkpoint_dir):
-        raise checkpoint_lib.CheckpointError(f"checkpoint directory not found: {checkpoint_dir}")
     if int(version) < 1:
         raise ExportError(f"version must be a positive integer, got {version}")
-    import keras
     if keras.backend.backend() != "tensorflow":
         return _export_in_subprocess(checkpoint_dir, output, version, signatures, options)
 
@@ -90,6 +107,7 @@ def export(checkpoint_dir, output, version=1, signatures=None, options=None):
 
 
 def _write(ckpt, names, output, version, options):
+    # Imported here, not above: a JAX or PyTorch process calls `export` without TensorFlow.
     import tensorflow as tf
 
     from kbert.serving.signatures import Signatures
@@ -113,6 +131,9 @@ def _write(ckpt, names, output, version, options):
     tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=output)  # not numeric: Serving skips it
     try:
         tf.saved_model.save(root, tmp, signatures=functions)
+        os.makedirs(os.path.join(tmp, "assets.extra"))
+        with open(os.path.join(tmp, "assets.extra", "export_options.json"), "w") as f:
+            json.dump(dataclasses.asdict(options), f, indent=2)
         if os.path.isdir(target):
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -122,22 +143,38 @@ def _write(ckpt, names, output, version, options):
     return target
 
 
+# Runs `export` in a TensorFlow-backend interpreter: arguments as JSON in, the path or
+# "error: <one line>" out.
+_CHILD = """
+import json, sys
+from kbert.serving.saved_model import ExportOptions, export
+request = json.loads(sys.argv[1])
+request["options"] = ExportOptions(**request["options"])
+try:
+    print(export(**request))
+except (ValueError, OSError) as e:
+    sys.exit(f"error: {e}")
+"""
+
+
 def _export_in_subprocess(checkpoint_dir, output, version, signatures, options):
-    """Re-runs `kbert export` with KERAS_BACKEND=tensorflow (the graph needs TF's backend)."""
-    command = [sys.executable, "-m", "kbert", "export", checkpoint_dir, "--output", output,
-               "--version", str(version), "--top-k", str(options.top_k),
-               "--max-masks", str(options.max_masks)]
-    if signatures:
-        command += ["--signatures", *signatures]
-    env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    """`export` again with KERAS_BACKEND=tensorflow (the graph needs TF's backend), with every
+    argument and option; the child imports the same kbert as this process."""
+    request = {"checkpoint_dir": checkpoint_dir, "output": output, "version": int(version),
+               "signatures": list(signatures) if signatures else None,
+               "options": dataclasses.asdict(options)}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=path)
+    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(request)], env=env,
+                          capture_output=True, text=True)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines() or ["failed"]
         raise ExportError(lines[-1].split("error: ", 1)[-1])
-    return os.path.join(os.path.abspath(output), str(version))
+    return done.stdout.strip().splitlines()[-1]
 
 
-def used_ops(saved_model_dir):
+def saved_model_ops(saved_model_dir):
     """{op name} used anywhere in a SavedModel: its graph and every function in its library."""
     ops = set()
     for meta in _saved_model_proto(saved_model_dir).meta_graphs:
@@ -148,7 +185,7 @@ def used_ops(saved_model_dir):
 
 
 def _saved_model_proto(saved_model_dir):
-    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow.core.protobuf import saved_model_pb2  # TensorFlow only when asked
 
     with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
         return saved_model_pb2.SavedModel.FromString(f.read())

@@ -9,8 +9,14 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.serving import squad_graph
-from kbert.serving.graph_ops import (char_offset, chunk_tables, cut, group_entities, mask_positions,
-                                pack)
+from kbert.serving.graph_ops import (
+    char_offset,
+    chunk_tables,
+    cut,
+    group_entities,
+    mask_positions,
+    pack,
+)
 from kbert.tokenizer import Tokenizer
 
 INPUTS = {

@@ -142,11 +142,11 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
     if init is not None:
         ckpt = checkpoint_lib.load(init, dtype=dtype)
         if config is not None:
-            wanted = _as_config(config, len(ckpt.vocab))
+            wanted = _config_for_vocab(config, len(ckpt.vocab))
             if wanted.to_dict() != ckpt.config.to_dict():
                 raise ValueError(f"--config does not match the checkpoint {init} "
                                  f"({ckpt.summary()}); leave --config out to continue it")
-        if vocab is not None and list(_read_vocab(vocab)) != list(ckpt.vocab):
+        if vocab is not None and list(read_vocab(vocab)) != list(ckpt.vocab):
             raise ValueError(f"--vocab differs from the vocabulary of {init}")
         heads = {name: ckpt.heads.get(name) or checkpoint_lib.make_head(name, ckpt.backbone)
                  for name in ("mlm", "nsp")}
@@ -154,28 +154,17 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
         return model, ckpt.vocab, ckpt.do_lower_case
     if vocab is None:
         raise ValueError("pretraining from scratch needs a vocabulary (--vocab)")
-    vocab = _read_vocab(vocab)
-    config = _as_config(config or "base", len(vocab))
+    vocab = read_vocab(vocab)
+    config = _config_for_vocab(config or "base", len(vocab))
     return BertPretrainer(config, dtype=dtype), vocab, True
 
 
-def _read_vocab(vocab):
-    if isinstance(vocab, str):
-        if not os.path.isfile(vocab):
-            raise FileNotFoundError(f"vocabulary not found: {vocab}")
-        return read_vocab(vocab)
-    return list(vocab)
-
-
-def _as_config(config, vocab_size):
+def _config_for_vocab(config, vocab_size):
     """A preset takes the vocabulary's size; a config file or object must match it."""
     from kbert.config import PRESETS
     if isinstance(config, str) and config in PRESETS:
         return BertConfig.preset(config, vocab_size=vocab_size)
-    if isinstance(config, str):
-        config = BertConfig.from_preset_or_file(config)
-    elif isinstance(config, dict):
-        config = BertConfig.from_dict(config)
+    config = BertConfig.from_any(config)
     if config.vocab_size != vocab_size:
         raise ValueError(f"config vocab_size {config.vocab_size} does not match the "
                          f"vocabulary's {vocab_size} tokens")
@@ -193,13 +182,19 @@ class PretrainResult:
     wall_seconds: float = 0.0
 
 
-def pretrain(data, output=None, config=None, init=None, vocab=None, batch_size=32, steps=1000,
-             warmup_steps=None, learning_rate=1e-4, max_seq_length=None,
-             max_predictions_per_seq=None, optimizer="adamw", weight_decay=0.01,
-             mixed_precision=None, jit_compile="auto", checkpoint_every=1000, accumulate=1,
-             dynamic_masking=False, phase_steps=None, seed=0, strategy="auto", tpu=None,
-             backup_dir=None, log_dir=None, save_dtype="float32", verbose="auto",
-             model_card=None, shuffle_buffer=10000, callbacks=()):
+def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = None,
+             config: BertConfig | dict | str | None = None, init: str | os.PathLike | None = None,
+             vocab: str | list[str] | None = None, batch_size: int = 32, steps: int = 1000,
+             warmup_steps: int | None = None, learning_rate: float = 1e-4,
+             max_seq_length: int | None = None, max_predictions_per_seq: int | None = None,
+             optimizer: str = "adamw", weight_decay: float = 0.01,
+             mixed_precision: str | None = None, jit_compile: str | bool = "auto",
+             checkpoint_every: int = 1000, accumulate: int = 1, dynamic_masking: bool = False,
+             phase_steps: list[int] | None = None, seed: int = 0, strategy: str = "auto",
+             tpu: str | None = None, backup_dir: str | None = None, log_dir: str | None = None,
+             save_dtype: str = "float32", verbose: bool | str = "auto",
+             model_card: str | None = None, shuffle_buffer: int = 10000,
+             callbacks: tuple | list = ()) -> "PretrainResult":
     """Pretrains (MLM + NSP) and writes a kbert checkpoint directory to `output`.
 
     Args:

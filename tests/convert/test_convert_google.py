@@ -9,8 +9,8 @@ import pytest
 import torch
 import transformers
 
-from kbert.convert import convert
 from helpers import max_abs_diff, random_inputs, tiny_vocab, torch_inputs, write_vocab
+from kbert.convert import convert
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4
@@ -123,7 +123,8 @@ def test_pretraining_checkpoint_matches(tmp_path):
     out = ckpt.task_model("pretraining")({**x, "masked_lm_positions": positions})
     seq = ckpt.backbone(x)
     ref_mlm = torch.stack([ref.prediction_logits[i, positions[i]] for i in range(3)])
-    diffs = {"sequence": max_abs_diff(seq["sequence_output"], base.last_hidden_state, x["input_mask"]),
+    mask = x["input_mask"]
+    diffs = {"sequence": max_abs_diff(seq["sequence_output"], base.last_hidden_state, mask),
              "pooled": max_abs_diff(seq["pooled_output"], base.pooler_output),
              "mlm": max_abs_diff(out["mlm_logits"], ref_mlm),
              "nsp": max_abs_diff(out["nsp_logits"], ref.seq_relationship_logits)}

@@ -5,8 +5,8 @@ outputs. TensorFlow only (Model Garden is tf_keras)."""
 import numpy as np
 import pytest
 
-from kbert.convert import convert
 from helpers import max_abs_diff, random_inputs, tiny_vocab, write_vocab
+from kbert.convert import convert
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("official.nlp.modeling")
@@ -52,7 +52,8 @@ def test_encoder_matches(tmp_path, cls):
     ckpt = convert("model-garden", src, str(tmp_path / "kbert"))
     assert ckpt.heads == {} and ckpt.config.num_heads == 4
     out = ckpt.backbone(x)
-    diffs = {"sequence": max_abs_diff(out["sequence_output"], ref["sequence_output"], x["input_mask"]),
+    mask = x["input_mask"]
+    diffs = {"sequence": max_abs_diff(out["sequence_output"], ref["sequence_output"], mask),
              "pooled": max_abs_diff(out["pooled_output"], ref["pooled_output"])}
     print(cls.__name__, "max abs diff", diffs)
     assert max(diffs.values()) < TOL, diffs
@@ -80,7 +81,8 @@ def test_pretrainer_matches(tmp_path):
     assert set(ckpt.heads) == {"mlm", "nsp"}
     out = ckpt.task_model("pretraining")({**x, "masked_lm_positions": positions})
     seq = ckpt.backbone(x)
-    diffs = {"sequence": max_abs_diff(seq["sequence_output"], ref["sequence_output"], x["input_mask"]),
+    mask = x["input_mask"]
+    diffs = {"sequence": max_abs_diff(seq["sequence_output"], ref["sequence_output"], mask),
              "pooled": max_abs_diff(seq["pooled_output"], ref["pooled_output"]),
              "mlm": max_abs_diff(out["mlm_logits"], ref["mlm_logits"]),
              "nsp": max_abs_diff(out["nsp_logits"], ref["next_sentence"])}

@@ -9,11 +9,11 @@ import torch
 import transformers
 from keras import ops
 
+from helpers import max_abs_diff, random_inputs, tiny_vocab, torch_inputs
 from kbert import checkpoint
 from kbert.config import BertConfig
 from kbert.convert import convert, export
 from kbert.models import BertBackbone
-from helpers import max_abs_diff, random_inputs, tiny_vocab, torch_inputs
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4
@@ -51,7 +51,8 @@ def test_pretraining_export(tmp_path, hidden_act):
     seq = ckpt.backbone(x)
     out = ckpt.task_model("pretraining")({**x, "masked_lm_positions": POSITIONS})
     ref_mlm = torch.stack([ref.prediction_logits[i, POSITIONS[i]] for i in range(3)])
-    diffs = {"sequence": max_abs_diff(seq["sequence_output"], base.last_hidden_state, x["input_mask"]),
+    mask = x["input_mask"]
+    diffs = {"sequence": max_abs_diff(seq["sequence_output"], base.last_hidden_state, mask),
              "pooled": max_abs_diff(seq["pooled_output"], base.pooler_output),
              "mlm": max_abs_diff(out["mlm_logits"], ref_mlm),
              "nsp": max_abs_diff(out["nsp_logits"], ref.seq_relationship_logits)}

@@ -1,4 +1,5 @@
-"""kbert.finetune.metrics against the official SQuAD scripts (verbatim copies), seqeval and sklearn/scipy."""
+"""kbert.finetune.metrics against the official SQuAD scripts (verbatim copies), seqeval and
+sklearn/scipy."""
 
 import json
 import random
@@ -154,6 +155,29 @@ def test_glue_scores_by_hand():
     assert r["pearson"] == pytest.approx(100 * np.corrcoef(x, y)[0, 1])
     with pytest.raises(ValueError, match="unknown GLUE metric 'auc'"):
         metrics.glue_scores(("auc",), labels, preds)
+
+
+def test_glue_metrics_match_sklearn_and_scipy():
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    rng = np.random.default_rng(0)
+    for n, classes in ((40, 2), (200, 2), (200, 3)):
+        labels = rng.integers(0, classes, n)
+        preds = np.where(rng.random(n) < 0.7, labels, rng.integers(0, classes, n))
+        assert metrics.mcc(labels, preds) == pytest.approx(
+            100 * matthews_corrcoef(labels, preds), abs=1e-9)
+        if classes == 2:
+            assert metrics.f1(labels, preds) == pytest.approx(
+                100 * f1_score(labels, preds), abs=1e-9)
+    assert metrics.f1([0, 0], [0, 0]) == 0.0 and metrics.mcc([1, 1], [1, 0]) == 0.0
+    scores = np.round(rng.uniform(0, 5, 300), 1)          # STS-B-like, with many ties
+    guesses = scores + rng.normal(0, 1, 300)
+    guesses[::7] = np.round(guesses[::7])
+    assert metrics.pearson(scores, guesses) == pytest.approx(
+        100 * pearsonr(guesses, scores)[0], abs=1e-9)
+    assert metrics.spearman(scores, guesses) == pytest.approx(
+        100 * spearmanr(guesses, scores)[0], abs=1e-9)
 
 
 # --- entities ------------------------------------------------------------------------------------

@@ -7,8 +7,15 @@ import time
 import pytest
 import tensorflow as tf
 
-from kbert.tokenizer import (Tokenizer, basic_tokenize, build_vocab, char_offsets, read_vocab,
-                             write_vocab)
+from kbert.data.sentences import read_documents
+from kbert.tokenizer import (
+    Tokenizer,
+    basic_tokenize,
+    build_vocab,
+    char_offsets,
+    read_vocab,
+    write_vocab,
+)
 
 HARD_CASES = [
     "Héllo Wörld! Café naïve résumé",                       # accents
@@ -117,7 +124,8 @@ def test_build_vocab_layout(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("The quick brown fox jumps over the lazy dog. " * 20 + "\n\n"
                       + "Pack my box with five dozen liquor jugs! " * 20 + "\n")
-    vocab = build_vocab([str(corpus)], 300, num_unused=99)
+    sentences = [s for document in read_documents([str(corpus)]) for s in document]
+    vocab = build_vocab(sentences, 300, num_unused=99)
     assert vocab[:2] == ["[PAD]", "[unused0]"] and vocab[99] == "[unused98]"
     assert vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(vocab) <= 300
     path = tmp_path / "vocab.txt"
@@ -125,7 +133,7 @@ def test_build_vocab_layout(tmp_path):
     tok = Tokenizer(str(path))
     ids = tok.tokenize(["the lazy dog jumps"]).to_list()[0]
     assert tok.unk_id not in ids and len(ids) >= 4
-    small = build_vocab([str(corpus)], 120, num_unused=0)
+    small = build_vocab(sentences, 120, num_unused=0)
     assert small[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -137,7 +145,9 @@ def test_vocab_errors(tmp_path):
     with pytest.raises(ValueError, match=r"bad.txt: vocabulary lacks the special tokens"):
         read_vocab(str(bad))
     with pytest.raises(ValueError, match="vocab size"):
-        build_vocab([str(bad)], 50)
+        build_vocab(["a b"], 50)
+    with pytest.raises(ValueError, match="no text"):
+        build_vocab([], 150, num_unused=0)
 
 
 @pytest.mark.slow
@@ -146,7 +156,6 @@ def test_whole_corpus_parity(tok, hf, shared_data):
 
     Measured: 196,575 / 196,575 identical (100.00%); ours ~13 s, HF ~9 s on 2 cores.
     """
-    from kbert.data.sentences import read_documents
     files = sorted(str(p) for p in (shared_data / "corpus").glob("*/*.txt"))
     sentences = [s for document in read_documents(files) for s in document]
     assert len(sentences) > 150_000

@@ -2,6 +2,7 @@
 `kbert.load(...)`'s answers on raw strings, lists string-input signatures, and uses only ops that
 TF Serving 2.20 (TF core + TF Text 2.20) registers."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 
 import kbert
-from kbert import BertConfig, checkpoint, convert, serving
 from helpers import WORDS, minilm_dir, tiny_vocab
+from kbert import BertConfig, checkpoint, convert, serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
@@ -264,7 +265,7 @@ def test_graphs_use_only_tf_serving_ops(exported):
     allowed = (set(registry["core"]) - python_only) | set(registry["text"])
     used = set()
     for _, sm in models.values():
-        ops = serving.used_ops(sm)
+        ops = serving.saved_model_ops(sm)
         assert not ops - allowed, f"{sm}: ops outside TF core + TF Text 2.20: {ops - allowed}"
         used |= ops
     text_ops = used & set(registry["text"])
@@ -282,13 +283,71 @@ def test_export_errors_are_one_line(tmp_path, exported, capsys):
     assert "no 'span' head" in capsys.readouterr().err
 
 
-def test_other_backend_exports_through_a_tensorflow_subprocess(tmp_path, exported):
+# Every field differs from its default; the answer-side ones are those `Bert.answer` also takes.
+OPTIONS = serving.ExportOptions(top_k=3, max_masks=2, answer_seq_length=96, doc_stride=32,
+                                max_query_length=48, max_answer_length=7, n_best=18,
+                                window_batch=4)
+
+
+def _recorded_options(version_dir):
+    with open(os.path.join(version_dir, "assets.extra", "export_options.json")) as f:
+        return json.load(f)
+
+
+def test_every_export_option_reaches_the_saved_model_in_process(tmp_path, exported):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the TF Text ops the graph uses)
+
+    models, _ = exported
+    assert all(f.default != getattr(OPTIONS, f.name)
+               for f in dataclasses.fields(serving.ExportOptions))
+    sm = serving.export(models["squad"][0], tmp_path / "sm", signatures=["answer"],
+                        options=OPTIONS)
+    assert _recorded_options(sm) == dataclasses.asdict(OPTIONS)
+    out = tf.saved_model.load(sm).signatures["answer"](question=tf.constant(QUESTIONS),
+                                                       context=tf.constant(CONTEXTS))
+    assert out["top_text"].shape == (len(QUESTIONS), OPTIONS.top_k)
+    m = kbert.load(models["squad"][0])
+    for i, (q, c) in enumerate(zip(QUESTIONS, CONTEXTS)):   # windows, stride, answer length
+        if not q or not c:
+            continue
+        ref = m.answer(q, c, top_k=OPTIONS.top_k, max_seq_length=OPTIONS.answer_seq_length,
+                       doc_stride=OPTIONS.doc_stride, max_answer_length=OPTIONS.max_answer_length)
+        got = [t.decode() for t in out["top_text"][i].numpy()[:len(ref)]]
+        assert got == [r["text"] for r in ref], (q, c[:40])
+        assert out["top_start"][i].numpy()[:len(ref)].tolist() == [r["start"] for r in ref]
+
+
+def test_other_backend_exports_every_option_through_a_tensorflow_subprocess(tmp_path, exported):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the TF Text ops the graph uses)
+
+    models, _ = exported
+    code = ("import sys, kbert.serving as s\n"
+            f"o = s.ExportOptions(**{dataclasses.asdict(OPTIONS)!r})\n"
+            "print(s.export(sys.argv[1], sys.argv[2], version=3, signatures=['fill_mask'], "
+            "options=o))\n")
+    env = dict(ENV, KERAS_BACKEND="jax")
+    done = subprocess.run([sys.executable, "-c", code, models["pretrained"][0],
+                           str(tmp_path / "sm")], capture_output=True, text=True, env=env,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    sm = done.stdout.strip().splitlines()[-1]
+    assert sm == str(tmp_path / "sm" / "3") and _recorded_options(sm) == dataclasses.asdict(OPTIONS)
+    out = tf.saved_model.load(sm).signatures["fill_mask"](text=tf.constant(TEXTS))
+    assert out["tokens"].shape == (len(TEXTS), OPTIONS.max_masks, OPTIONS.top_k)
+    m = kbert.load(models["pretrained"][0])
+    ref = m.fill_mask(TEXTS[0], top_k=OPTIONS.top_k)
+    assert [[t.decode() for t in row] for row in out["tokens"][0].numpy()] == [
+        [r["token"] for r in ranked] for ranked in ref[:OPTIONS.max_masks]]
+
+
+def test_other_backend_export_errors_come_back_as_one_line(tmp_path, exported):
     models, _ = exported
     env = dict(ENV, KERAS_BACKEND="jax")
     done = subprocess.run([sys.executable, "-m", "kbert", "export", models["pretrained"][0],
-                           "--output", str(tmp_path / "sm"), "--version", "3",
-                           "--signatures", "embed"],
+                           "--output", str(tmp_path / "sm"), "--signatures", "answer"],
                           capture_output=True, text=True, env=env, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "sm" / "3" / "saved_model.pb").is_file()
-    assert "serving_default" in done.stdout
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(err) == 1 and "no 'span' head" in err[0], done.stderr
+    assert not (tmp_path / "sm" / "1").exists()
