@@ -7,6 +7,7 @@ and a non-zero exit status.
 
 import argparse
 import os
+import pickle
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -283,25 +284,57 @@ def _run_app(args):
 # -------------------------------------------------------------------------------------------------
 def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (also: KBERT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain,
                 _add_finetune, _add_evaluate, _add_export, _add_app):
         add(sub)
+    for command in sub.choices.values():       # `kbert COMMAND ... --debug` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=argparse.SUPPRESS)
     return parser
 
 
+def expected_errors():
+    """The error types that mean bad input (or an unusable environment), not a bug in kbert.
+
+    TensorFlow's `OpError`s (e.g. `PermissionDeniedError` writing a file, `InvalidArgumentError`
+    on a malformed record) count when TensorFlow is already loaded: looked up, not imported, so
+    commands that do not need TensorFlow stay fast and work without it.
+    """
+    errors = (CliError, ValueError, OSError, KeyError, UnicodeError, pickle.UnpicklingError)
+    tf = sys.modules.get("tensorflow")
+    op_error = getattr(getattr(tf, "errors", None), "OpError", None)
+    return errors + (op_error,) if isinstance(op_error, type) else errors
+
+
+def error_line(error):
+    """The first line of an error's message (its type name when it has none)."""
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    text = text.strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def main(argv=None):
+    """Runs one command. Bad input: `kbert COMMAND: error: ...` on stderr and exit status 2
+    (as argparse does for bad arguments); the traceback only with --debug or KBERT_DEBUG=1."""
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("KBERT_DEBUG", "") not in ("", "0")
     try:
         args.func(args)
-    except (CliError, ValueError, FileNotFoundError, NotADirectoryError, KeyError,
-            UnicodeDecodeError) as e:
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"kbert {args.command}: error: {message}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
+        if debug:
+            raise
         print(f"kbert {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        if debug or not isinstance(e, expected_errors()):
+            raise
+        print(f"kbert {args.command}: error: {error_line(e)}", file=sys.stderr)
+        return 2
     return 0
 
 

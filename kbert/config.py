@@ -3,6 +3,7 @@ and the vocabulary file that goes with them."""
 
 import dataclasses
 import json
+import logging
 import os
 
 # name: (num_layers, hidden_size, num_heads), as in the paper and Turc et al. (2019).
@@ -15,6 +16,7 @@ _PRESET_SHAPES = {
     "large": (24, 1024, 16),
 }
 PRESETS = tuple(_PRESET_SHAPES)
+log = logging.getLogger(__name__)
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -55,6 +57,10 @@ class BertConfig:
             raise ValueError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_heads ({self.num_heads})")
+        for name in ("dropout", "attention_dropout", "layer_norm_epsilon", "initializer_range"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"BertConfig.{name} must be a number, got {value!r}")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
@@ -82,6 +88,9 @@ class BertConfig:
     @classmethod
     def from_dict(cls, values):
         """Builds a config from a dict, ignoring keys that are not encoder hyper-parameters."""
+        if not isinstance(values, dict):
+            raise ValueError(f"a config is a JSON object of hyper-parameters, not "
+                             f"{type(values).__name__ if values is not None else 'null'}")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
@@ -110,15 +119,56 @@ class BertConfig:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
+def read_text(path):
+    """The text of a UTF-8 file (a leading byte-order mark dropped). A byte sequence that is not
+    UTF-8 raises `ValueError("FILE:LINE: ...")`, naming the line it is on.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "latin1.txt")
+    >>> _ = open(path, "wb").write(b"caf\\xc3\\xa9\\ncaf\\xe9\\n")   # line 2 is Latin-1
+    >>> read_text(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: ...latin1.txt:2: not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - data.rfind(b"\n", 0, e.start)
+        raise ValueError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at column "
+                         f"{column}); save the file as UTF-8") from None
+
+
 def read_vocab(path):
-    """The WordPiece vocabulary: one token a line, the line number is the id."""
+    """The WordPiece vocabulary: one token a line, the line number is the id.
+
+    A token listed twice keeps both lines (ids stay line numbers) and, as in HF transformers,
+    the later line's id is the one text is tokenized to; a one-line warning names the token
+    and the lines.
+    """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"vocabulary file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n").rstrip("\r") for line in f]
+    text = read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # universal newlines
+    vocab = text.split("\n")
     while vocab and vocab[-1] == "":
         vocab.pop()
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
         raise ValueError(f"{path}: vocabulary lacks the special tokens {' '.join(missing)}")
+    _warn_duplicates(path, vocab)
     return vocab
+
+
+def _warn_duplicates(path, vocab):
+    lines, repeated = {}, {}
+    for number, token in enumerate(vocab, start=1):
+        if token in lines:
+            repeated.setdefault(token, [lines[token]]).append(number)
+        lines.setdefault(token, number)
+    if repeated:
+        token, numbers = next(iter(repeated.items()))
+        more = f" (and {len(repeated) - 1} more tokens)" if len(repeated) > 1 else ""
+        log.warning("%s: token %r is on lines %s; the last one's id is used, as in "
+                    "transformers%s", path, token, ", ".join(map(str, numbers)), more)

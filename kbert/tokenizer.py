@@ -123,17 +123,28 @@ def build_vocab(paths, vocab_size, lower_case=True, num_unused=99, input_format=
         count(batch)
     if not counts:
         raise ValueError("no text in the input files: " + " ".join(paths))
+    # `vocab_size` is a maximum. The learner always keeps every character it allows (as "c" and
+    # "##c", listed before the learned pieces, which come by count): allow no more characters
+    # than fit, then cut the rarest learned pieces the learner's search let through.
+    budget = vocab_size - len(reserved)
     vocab = learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
-                          max_input_tokens=-1)
-    return vocab
+                          max_input_tokens=-1, max_unique_chars=min(1000, max(1, budget // 2)))
+    return vocab[:vocab_size]
 
 
 def write_vocab(vocab, path):
-    """One token a line, written atomically."""
+    """One token a line, written atomically (no temporary file is left behind on failure)."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory; give the vocab.txt file to write")
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(f"{token}\n" for token in vocab))
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(f"{token}\n" for token in vocab))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 class Tokenizer:
@@ -160,9 +171,11 @@ class Tokenizer:
         self.token_to_id = {t: i for i, t in enumerate(self.vocab)}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self.token_to_id[t] for t in SPECIAL_TOKENS)
+        # Keys once each: a token listed twice maps to its later line, as in transformers.
         table = tf.lookup.StaticVocabularyTable(
             tf.lookup.KeyValueTensorInitializer(
-                tf.constant(self.vocab), tf.range(len(self.vocab), dtype=tf.int64)),
+                tf.constant(list(self.token_to_id)),
+                tf.constant(list(self.token_to_id.values()), tf.int64)),
             num_oov_buckets=1)
         # 4 bytes a character: every word within MAX_CHARS_PER_WORD reaches WordPiece.
         self._wordpiece = tf_text.WordpieceTokenizer(
