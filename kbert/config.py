@@ -120,8 +120,9 @@ class BertConfig:
 
 
 def read_text(path):
-    """The text of a UTF-8 file (a leading byte-order mark dropped). A byte sequence that is not
-    UTF-8 raises `ValueError("FILE:LINE: ...")`, naming the line it is on.
+    """The text of a UTF-8 file, with universal newlines (as `open` gives) and a leading
+    byte-order mark dropped. A byte sequence that is not UTF-8 raises
+    `ValueError("FILE:LINE: ...")`, naming the line it is on.
 
     >>> import tempfile, os
     >>> path = os.path.join(tempfile.mkdtemp(), "latin1.txt")
@@ -133,7 +134,7 @@ def read_text(path):
     with open(path, "rb") as f:
         data = f.read()
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - data.rfind(b"\n", 0, e.start)
@@ -150,8 +151,7 @@ def read_vocab(path):
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"vocabulary file not found: {path}")
-    text = read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # universal newlines
-    vocab = text.split("\n")
+    vocab = read_text(path).split("\n")
     while vocab and vocab[-1] == "":
         vocab.pop()
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
