@@ -65,12 +65,24 @@ def _add_build_vocab(sub):
     p.set_defaults(func=_run_build_vocab)
 
 
+def _check_output_file(path):
+    """An --output that names a file to write: refused up front if it cannot be one."""
+    if os.path.isdir(path):
+        raise CliError(f"--output {path} is a directory; give the file to write")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CliError(f"--output {path}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise CliError(f"--output {path}: the directory {parent} is not writable")
+
+
 def _run_build_vocab(args):
     from kbert import tokenizer
+    _check_output_file(args.output)
     vocab = tokenizer.build_vocab(args.input, args.vocab_size, lower_case=not args.cased,
                                   num_unused=args.num_unused, input_format=args.input_format)
     tokenizer.write_vocab(vocab, args.output)
-    print(f"wrote {args.output}: {len(vocab)} tokens")
+    print(f"wrote {args.output}: {len(vocab)} tokens (--vocab-size {args.vocab_size} is the most)")
 
 
 # --- create-pretraining-data ---------------------------------------------------------------------
@@ -95,6 +107,8 @@ def _add_create_pretraining_data(sub):
     p.add_argument("--block-size", type=int, default=20000,
                    help="sentences held in memory at once (random next segments come from the "
                         "same block)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the shards in a non-empty --output (refused otherwise)")
     p.set_defaults(func=_run_create_pretraining_data)
 
 
@@ -105,7 +119,8 @@ def _run_create_pretraining_data(args):
         args.short_seq_prob, args.dupe_factor, args.whole_word_mask, args.seed)
     totals = pretraining.create_pretraining_data(
         args.input, args.vocab, args.output, options, lower_case=not args.cased,
-        workers=args.workers, input_format=args.input_format, block_size=args.block_size)
+        workers=args.workers, input_format=args.input_format, block_size=args.block_size,
+        overwrite=args.overwrite)
     for line in pretraining.summary(totals):
         print(line)
 
