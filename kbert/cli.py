@@ -212,6 +212,7 @@ def _add_finetune(sub):
 
 def _run_finetune(args):
     import json
+
     from kbert import finetune
     result = finetune.finetune(
         args.task, args.init, args.train, args.dev, args.output, epochs=args.epochs,
@@ -239,6 +240,7 @@ def _add_evaluate(sub):
 
 def _run_evaluate(args):
     import json
+
     from kbert import finetune
     scores = finetune.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
                                  max_seq_length=args.max_seq_length)

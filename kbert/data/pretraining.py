@@ -76,7 +76,8 @@ class Vocabulary:
 
     def __init__(self, tokenizer):
         vocab = tokenizer.vocab
-        self.cls_id, self.sep_id, self.mask_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id
+        self.cls_id, self.sep_id = tokenizer.cls_id, tokenizer.sep_id
+        self.mask_id = tokenizer.mask_id
         self.is_continuation = np.array([t.startswith("##") for t in vocab])
         self.words = [i for i, t in enumerate(vocab)
                       if not (t.startswith("[") and t.endswith("]"))]
@@ -99,7 +100,8 @@ def create_masked_lm_predictions(tokens, options, vocab, rng):
 
     >>> class V: cls_id, sep_id, mask_id, words = 2, 3, 4, [5, 6]
     >>> V.is_continuation = np.zeros(7, bool)
-    >>> out, pos, ids = create_masked_lm_predictions([2, 5, 6, 5, 3], Options(), V, random.Random(0))
+    >>> rng = random.Random(0)
+    >>> out, pos, ids = create_masked_lm_predictions([2, 5, 6, 5, 3], Options(), V, rng)
     >>> len(pos), all(out[p] in (4, 5, 6) for p in pos), [[2, 5, 6, 5, 3][p] for p in pos] == ids
     (1, True, True)
     """
@@ -346,7 +348,7 @@ def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_c
     A run that fails or is interrupted removes the shards it wrote (none is left half-made).
 
     Example:
-    >>> create_pretraining_data(["corpus.txt"], "vocab.txt", "out/", Options(seed=1))  # doctest: +SKIP
+    >>> create_pretraining_data(["a.txt"], "vocab.txt", "out/", Options(seed=1))  # doctest: +SKIP
     """
     check_options(options)
     if workers < 1 or block_size < 1:
