@@ -101,6 +101,7 @@ class Backup(keras.callbacks.Callback):
     def restore(self, model):
         """Loads the newest backup into `model` (compiled, built); returns the batches seen."""
         self.set_model(model)
+        self._remove_temporaries()              # what a kill in the middle of a write left
         found = self.backups()
         if not found:
             return batches_seen(model.optimizer)
@@ -111,6 +112,8 @@ class Backup(keras.callbacks.Callback):
         states = np.load(os.path.join(found[-1], self.RNG))
         for i, variable in enumerate(seed_states(model)):
             variable.assign(states[f"s{i}"])
+        for path in found[:-1]:                 # a kill after the switch left the older one
+            shutil.rmtree(path, ignore_errors=True)
         return batches_seen(model.optimizer)
 
     def _check_settings(self, stored, where):
