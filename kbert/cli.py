@@ -37,6 +37,7 @@ def _run_convert(args):
     import warnings
 
     from kbert import convert
+    _check_output_dir(args.output)
     if args.target:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -63,6 +64,18 @@ def _add_build_vocab(sub):
                    help="documents: one per file, blank line between paragraphs; sentences: one "
                         "a line, blank line between documents; auto: decided per file")
     p.set_defaults(func=_run_build_vocab)
+
+
+def _check_output_dir(path):
+    """An --output that names a directory to write: refused up front if it cannot be one."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CliError(f"--output {path} exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"--output {path}: cannot create it in {parent} (not a writable "
+                       "directory)")
 
 
 def _check_output_file(path):
@@ -114,6 +127,7 @@ def _add_create_pretraining_data(sub):
 
 def _run_create_pretraining_data(args):
     from kbert.data import pretraining
+    _check_output_dir(args.output)
     options = pretraining.Options(
         args.max_seq_length, args.max_predictions_per_seq, args.masked_lm_prob,
         args.short_seq_prob, args.dupe_factor, args.whole_word_mask, args.seed)
@@ -161,6 +175,7 @@ def _add_pretrain(sub):
 
 def _run_pretrain(args):
     from kbert import training
+    _check_output_dir(args.output)
     jit = {"auto": "auto", "on": True, "off": False}[args.jit_compile]
     result = training.pretrain(
         args.data, args.output, config=args.config, init=args.init, vocab=args.vocab,

@@ -129,6 +129,9 @@ def build_vocab(paths, vocab_size, lower_case=True, num_unused=99, input_format=
     budget = vocab_size - len(reserved)
     vocab = learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
                           max_input_tokens=-1, max_unique_chars=min(1000, max(1, budget // 2)))
+    if len(vocab) <= len(reserved):
+        raise ValueError(f"vocab size {vocab_size} leaves room for {budget} token(s) after the "
+                         f"{len(reserved)} reserved ones: too few for the text's characters")
     return vocab[:vocab_size]
 
 
