@@ -1,8 +1,9 @@
 """The `kbert` command: parses arguments and calls the library. No logic of its own.
 
 Each subcommand is one `_add_<name>` function (its arguments) and one `_run_<name>` function
-(the call into kbert). Any error the library raises for bad input becomes one line on stderr
-and a non-zero exit status.
+(the call into kbert). Any error the library raises for bad input becomes one line on stderr,
+`kbert COMMAND: error: ...`, and exit status 2 (`main`, the one place that does it); `--debug`
+or `KBERT_DEBUG=1` shows the traceback instead.
 """
 
 import argparse
