@@ -221,13 +221,47 @@ def _read_config(directory):
             raw = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: expected a JSON object of hyper-parameters, found "
+                              f"{_json_type(raw)}")
     if "architectures" in raw or "model_type" in raw:
         raise CheckpointError(f"{path} is a Hugging Face config; convert it first with "
                               f"`kbert convert --from hf {directory} --output DIR`")
     try:
-        return raw, BertConfig.from_dict(raw)
+        config = BertConfig.from_dict(raw)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: {e}") from None
+    _check_heads(raw.get("heads", {}), path)
+    if not isinstance(raw.get("do_lower_case", True), bool):
+        raise CheckpointError(f"{path}: 'do_lower_case' should be true or false, found "
+                              f"{_json_type(raw['do_lower_case'])}")
+    return raw, config
+
+
+def _check_heads(heads, path):
+    """config.json's `heads`: an object {head name: object of options}."""
+    if not isinstance(heads, dict):
+        raise CheckpointError(f"{path}: 'heads' should be an object {{name: options}}, found "
+                              f"{_json_type(heads)}")
+    for name, options in heads.items():
+        if name not in HEAD_NAMES:
+            raise CheckpointError(f"{path}: heads: unknown head {name!r}; known heads: "
+                                  f"{', '.join(HEAD_NAMES)}")
+        if not isinstance(options, dict):
+            raise CheckpointError(f"{path}: heads.{name} should be an object of options, found "
+                                  f"{_json_type(options)}")
+        labels = options.get("labels")
+        if labels is not None and not isinstance(labels, list):
+            raise CheckpointError(f"{path}: heads.{name}.labels should be a list, found "
+                                  f"{_json_type(labels)}")
+
+
+def _json_type(value):
+    """The JSON name of a parsed value's type (for messages)."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", dict: "an object", list: "a list", str: "a string",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
 def search_path() -> list[str]:
@@ -288,7 +322,7 @@ def load(directory: str | os.PathLike, dtype: str | None = None) -> "Checkpoint"
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{weights_path}: unreadable weights ({e})") from None
 
-    head_options = raw.get("heads") or {}
+    head_options = raw.get("heads", {})
     backbone = BertBackbone(config, dtype=dtype)
     heads = {name: make_head(name, backbone, opts) for name, opts in head_options.items()}
     assign(named_variables(backbone, heads), tensors, source=weights_path)

@@ -1,12 +1,14 @@
 """The `kbert` command: parses arguments and calls the library. No logic of its own.
 
 Each subcommand is one `_add_<name>` function (its arguments) and one `_run_<name>` function
-(the call into kbert). Any error the library raises for bad input becomes one line on stderr
-and a non-zero exit status.
+(the call into kbert). Any error the library raises for bad input becomes one line on stderr,
+`kbert COMMAND: error: ...`, and exit status 2 (`main`, the one place that does it); `--debug`
+or `KBERT_DEBUG=1` shows the traceback instead.
 """
 
 import argparse
 import os
+import pickle
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -36,6 +38,7 @@ def _run_convert(args):
     import warnings
 
     from kbert import convert
+    _check_output_dir(args.output)
     if args.target:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -64,15 +67,39 @@ def _add_build_vocab(sub):
     p.set_defaults(func=_run_build_vocab)
 
 
+def _check_output_dir(path):
+    """An --output that names a directory to write: refused up front if it cannot be one."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CliError(f"--output {path} exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"--output {path}: cannot create it in {parent} (not a writable "
+                       "directory)")
+
+
+def _check_output_file(path):
+    """An --output that names a file to write: refused up front if it cannot be one."""
+    if os.path.isdir(path):
+        raise CliError(f"--output {path} is a directory; give the file to write")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CliError(f"--output {path}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise CliError(f"--output {path}: the directory {parent} is not writable")
+
+
 def _run_build_vocab(args):
     from kbert import tokenizer
     from kbert.data.sentences import read_documents
+    _check_output_file(args.output)
     sentences = (s for document in read_documents(args.input, args.input_format)
                  for s in document)
     vocab = tokenizer.build_vocab(sentences, args.vocab_size, lower_case=not args.cased,
                                   num_unused=args.num_unused)
     tokenizer.write_vocab(vocab, args.output)
-    print(f"wrote {args.output}: {len(vocab)} tokens")
+    print(f"wrote {args.output}: {len(vocab)} tokens (--vocab-size {args.vocab_size} is the most)")
 
 
 # --- create-pretraining-data ---------------------------------------------------------------------
@@ -97,17 +124,21 @@ def _add_create_pretraining_data(sub):
     p.add_argument("--block-size", type=int, default=20000,
                    help="sentences held in memory at once (random next segments come from the "
                         "same block)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the shards in a non-empty --output (refused otherwise)")
     p.set_defaults(func=_run_create_pretraining_data)
 
 
 def _run_create_pretraining_data(args):
     from kbert.data import pretraining
+    _check_output_dir(args.output)
     options = pretraining.Options(
         args.max_seq_length, args.max_predictions_per_seq, args.masked_lm_prob,
         args.short_seq_prob, args.dupe_factor, args.whole_word_mask, args.seed)
     totals = pretraining.create_pretraining_data(
         args.input, args.vocab, args.output, options, lower_case=not args.cased,
-        workers=args.workers, input_format=args.input_format, block_size=args.block_size)
+        workers=args.workers, input_format=args.input_format, block_size=args.block_size,
+        overwrite=args.overwrite)
     for line in pretraining.summary(totals):
         print(line)
 
@@ -148,6 +179,7 @@ def _add_pretrain(sub):
 
 def _run_pretrain(args):
     from kbert import training
+    _check_output_dir(args.output)
     jit = {"auto": "auto", "on": True, "off": False}[args.jit_compile]
     result = training.pretrain(
         args.data, args.output, config=args.config, init=args.init, vocab=args.vocab,
@@ -199,6 +231,7 @@ def _add_finetune(sub):
 
 def _run_finetune(args):
     import json
+
     from kbert import finetune
     result = finetune.finetune(
         args.task, args.init, args.train, args.dev, args.output, epochs=args.epochs,
@@ -226,6 +259,7 @@ def _add_evaluate(sub):
 
 def _run_evaluate(args):
     import json
+
     from kbert import finetune
     scores = finetune.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
                                  max_seq_length=args.max_seq_length)
@@ -286,25 +320,57 @@ def _run_app(args):
 # -------------------------------------------------------------------------------------------------
 def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (also: KBERT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain,
                 _add_finetune, _add_evaluate, _add_export, _add_app):
         add(sub)
+    for command in sub.choices.values():       # `kbert COMMAND ... --debug` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=argparse.SUPPRESS)
     return parser
 
 
+def expected_errors():
+    """The error types that mean bad input (or an unusable environment), not a bug in kbert.
+
+    TensorFlow's `OpError`s (e.g. `PermissionDeniedError` writing a file, `InvalidArgumentError`
+    on a malformed record) count when TensorFlow is already loaded: looked up, not imported, so
+    commands that do not need TensorFlow stay fast and work without it.
+    """
+    errors = (CliError, ValueError, OSError, KeyError, UnicodeError, pickle.UnpicklingError)
+    tf = sys.modules.get("tensorflow")
+    op_error = getattr(getattr(tf, "errors", None), "OpError", None)
+    return errors + (op_error,) if isinstance(op_error, type) else errors
+
+
+def error_line(error):
+    """The first line of an error's message (its type name when it has none)."""
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    text = text.strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def main(argv=None):
+    """Runs one command. Bad input: `kbert COMMAND: error: ...` on stderr and exit status 2
+    (as argparse does for bad arguments); the traceback only with --debug or KBERT_DEBUG=1."""
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("KBERT_DEBUG", "") not in ("", "0")
     try:
         args.func(args)
-    except (CliError, ValueError, FileNotFoundError, NotADirectoryError, KeyError,
-            UnicodeDecodeError) as e:
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"kbert {args.command}: error: {message}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
+        if debug:
+            raise
         print(f"kbert {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        if debug or not isinstance(e, expected_errors()):
+            raise
+        print(f"kbert {args.command}: error: {error_line(e)}", file=sys.stderr)
+        return 2
     return 0
 
 

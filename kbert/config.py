@@ -3,6 +3,7 @@ and the vocabulary file that goes with them (`read_vocab`, `write_vocab`, the sp
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 
@@ -16,6 +17,7 @@ _PRESET_SHAPES = {
     "large": (24, 1024, 16),
 }
 PRESETS = tuple(_PRESET_SHAPES)
+log = logging.getLogger(__name__)
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -56,6 +58,10 @@ class BertConfig:
             raise ValueError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_heads ({self.num_heads})")
+        for name in ("dropout", "attention_dropout", "layer_norm_epsilon", "initializer_range"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"BertConfig.{name} must be a number, got {value!r}")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(
@@ -84,6 +90,9 @@ class BertConfig:
     @classmethod
     def from_dict(cls, values: dict) -> "BertConfig":
         """Builds a config from a dict, ignoring keys that are not encoder hyper-parameters."""
+        if not isinstance(values, dict):
+            raise ValueError(f"a config is a JSON object of hyper-parameters, not "
+                             f"{type(values).__name__ if values is not None else 'null'}")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
@@ -151,10 +160,36 @@ def check_special_tokens(vocab: Sequence[str], source: str = "vocabulary") -> No
         raise ValueError(f"{where}vocabulary lacks the special tokens {' '.join(missing)}")
 
 
+def read_text(path: str | os.PathLike) -> str:
+    """The text of a UTF-8 file, with universal newlines (as `open` gives) and a leading
+    byte-order mark dropped. A byte sequence that is not UTF-8 raises
+    `ValueError("FILE:LINE: ...")`, naming the line it is on.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "latin1.txt")
+    >>> _ = open(path, "wb").write(b"caf\\xc3\\xa9\\ncaf\\xe9\\n")   # line 2 is Latin-1
+    >>> read_text(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: ...latin1.txt:2: not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - data.rfind(b"\n", 0, e.start)
+        raise ValueError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at column "
+                         f"{column}); save the file as UTF-8") from None
+
+
 def read_vocab(vocab: str | os.PathLike | Sequence[str]) -> list[str]:
     """The WordPiece vocabulary: one token a line, the line number is the id.
 
     A list of tokens is taken as it is (copied); either way the special tokens are checked.
+    A token listed twice keeps both lines (ids stay line numbers) and, as in HF transformers,
+    the later line's id is the one text is tokenized to; a one-line warning names the token
+    and the lines.
 
     >>> read_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello"])[-1]
     'hello'
@@ -166,17 +201,39 @@ def read_vocab(vocab: str | os.PathLike | Sequence[str]) -> list[str]:
     path = os.fspath(vocab)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"vocabulary file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+    tokens = read_text(path).split("\n")
     while tokens and tokens[-1] == "":
         tokens.pop()
     check_special_tokens(tokens, path)
+    _warn_duplicates(path, tokens)
     return tokens
 
 
+def _warn_duplicates(path, vocab):
+    lines, repeated = {}, {}
+    for number, token in enumerate(vocab, start=1):
+        if token in lines:
+            repeated.setdefault(token, [lines[token]]).append(number)
+        lines.setdefault(token, number)
+    if repeated:
+        token, numbers = next(iter(repeated.items()))
+        more = f" (and {len(repeated) - 1} more tokens)" if len(repeated) > 1 else ""
+        log.warning("%s: token %r is on lines %s; the last one's id is used, as in "
+                    "transformers%s", path, token, ", ".join(map(str, numbers)), more)
+
+
 def write_vocab(vocab: Sequence[str], path: str | os.PathLike) -> None:
-    """One token a line (`read_vocab`'s format), written atomically."""
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(f"{token}\n" for token in vocab))
-    os.replace(tmp, path)
+    """One token a line (`read_vocab`'s format), written atomically: no temporary file is
+    left behind on failure."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory; give the vocab.txt file to write")
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(f"{token}\n" for token in vocab))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -126,8 +126,16 @@ def build_vocab(texts, vocab_size, lower_case=True, num_unused=99):
         count(batch)
     if not counts:
         raise ValueError("no text to learn a vocabulary from")
-    return learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
-                         max_input_tokens=-1)
+    # `vocab_size` is a maximum. The learner always keeps every character it allows (as "c" and
+    # "##c", listed before the learned pieces, which come by count): allow no more characters
+    # than fit, then cut the rarest learned pieces the learner's search let through.
+    budget = vocab_size - len(reserved)
+    vocab = learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
+                          max_input_tokens=-1, max_unique_chars=min(1000, max(1, budget // 2)))
+    if len(vocab) <= len(reserved):
+        raise ValueError(f"vocab size {vocab_size} leaves room for {budget} token(s) after the "
+                         f"{len(reserved)} reserved ones: too few for the text's characters")
+    return vocab[:vocab_size]
 
 
 class Tokenizer:
@@ -151,9 +159,11 @@ class Tokenizer:
         self.token_to_id = {t: i for i, t in enumerate(self.vocab)}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self.token_to_id[t] for t in SPECIAL_TOKENS)
+        # Keys once each: a token listed twice maps to its later line, as in transformers.
         table = tf.lookup.StaticVocabularyTable(
             tf.lookup.KeyValueTensorInitializer(
-                tf.constant(self.vocab), tf.range(len(self.vocab), dtype=tf.int64)),
+                tf.constant(list(self.token_to_id)),
+                tf.constant(list(self.token_to_id.values()), tf.int64)),
             num_oov_buckets=1)
         # 4 bytes a character: every word within MAX_CHARS_PER_WORD reaches WordPiece.
         self._wordpiece = tf_text.WordpieceTokenizer(

@@ -47,8 +47,17 @@ def read_state_dict(path):
     """{name: numpy array} from a safetensors or torch `.bin` file."""
     if path.endswith(".safetensors"):
         return load_file(path)
+    import pickle
+    import warnings
+
     import torch  # only for `.bin` weights: torch is an optional dependency
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        with warnings.catch_warnings():     # torch's note on the pickle protocol, not ours
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise ValueError(f"{path}: refused: the pickle holds more than tensors (it could run "
+                         "code when loaded); get safetensors weights instead") from None
     return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
 

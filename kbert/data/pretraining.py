@@ -50,12 +50,35 @@ class Options(collections.namedtuple("Options", [
 Options.__new__.__defaults__ = (128, 20, 0.15, 0.1, 10, False, 12345)
 
 
+def check_options(options):
+    """Refuses, in one line, options that would fail deep inside or make wrong data.
+
+    >>> check_options(Options(masked_lm_prob=2))
+    Traceback (most recent call last):
+    ValueError: masked_lm_prob must be in (0, 1], got 2
+    """
+    o = options
+    if not isinstance(o.max_seq_length, int) or o.max_seq_length < 5:
+        raise ValueError(f"max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with A and "
+                         f"B of 1+ tokens), got {o.max_seq_length}")
+    if not isinstance(o.max_predictions_per_seq, int) or o.max_predictions_per_seq < 1:
+        raise ValueError(f"max_predictions_per_seq must be at least 1, got "
+                         f"{o.max_predictions_per_seq}")
+    if not 0.0 < o.masked_lm_prob <= 1.0:
+        raise ValueError(f"masked_lm_prob must be in (0, 1], got {o.masked_lm_prob}")
+    if not 0.0 <= o.short_seq_prob <= 1.0:
+        raise ValueError(f"short_seq_prob must be in [0, 1], got {o.short_seq_prob}")
+    if not isinstance(o.dupe_factor, int) or o.dupe_factor < 1:
+        raise ValueError(f"dupe_factor must be at least 1, got {o.dupe_factor}")
+
+
 class Vocabulary:
     """What masking needs to know about the ids: specials, word pieces, real words."""
 
     def __init__(self, tokenizer):
         vocab = tokenizer.vocab
-        self.cls_id, self.sep_id, self.mask_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id
+        self.cls_id, self.sep_id = tokenizer.cls_id, tokenizer.sep_id
+        self.mask_id = tokenizer.mask_id
         self.is_continuation = np.array([t.startswith("##") for t in vocab])
         self.words = [i for i, t in enumerate(vocab)
                       if not (t.startswith("[") and t.endswith("]"))]
@@ -78,7 +101,8 @@ def create_masked_lm_predictions(tokens, options, vocab, rng):
 
     >>> class V: cls_id, sep_id, mask_id, words = 2, 3, 4, [5, 6]
     >>> V.is_continuation = np.zeros(7, bool)
-    >>> out, pos, ids = create_masked_lm_predictions([2, 5, 6, 5, 3], Options(), V, random.Random(0))
+    >>> rng = random.Random(0)
+    >>> out, pos, ids = create_masked_lm_predictions([2, 5, 6, 5, 3], Options(), V, rng)
     >>> len(pos), all(out[p] in (4, 5, 6) for p in pos), [[2, 5, 6, 5, 3][p] for p in pos] == ids
     (1, True, True)
     """
@@ -241,26 +265,74 @@ def write_block(index, block, vocab, lower_case, options, output_dir):
             instances.extend(create_instances_from_document(documents, d, options, masking, rng))
     random.Random(f"{options.seed}/{index}/shuffle").shuffle(instances)
     stats = collections.Counter(documents=len(block), instances=len(instances))
-    path = os.path.join(output_dir, f"shard-{index:05d}.tfrecord")
+    path = os.path.join(output_dir, SHARD_NAME.format(index))
     tmp = f"{path}.tmp{os.getpid()}"
-    with tf.io.TFRecordWriter(tmp) as writer:
-        for instance in instances:
-            writer.write(serialize_instance(instance, options))
-            n = len(instance.input_ids)
-            stats["tokens"] += n
-            stats["eligible"] += n - 3
-            stats["masked"] += len(instance.masked_lm_positions)
-            stats["not_next"] += instance.is_random_next
-            for p, label in zip(instance.masked_lm_positions, instance.masked_lm_ids):
-                token = instance.input_ids[p]
-                stats["as_mask" if token == masking.mask_id else
-                      "as_same" if token == label else "as_random"] += 1
-    os.replace(tmp, path)
+    try:
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for instance in instances:
+                writer.write(serialize_instance(instance, options))
+                _count(stats, instance, masking)
+        os.replace(tmp, path)
+    except BaseException:                       # SIGINT included: no half-written file stays
+        _remove(tmp)
+        raise
     return index, stats
 
 
+def _count(stats, instance, masking):
+    n = len(instance.input_ids)
+    stats["tokens"] += n
+    stats["eligible"] += n - 3
+    stats["masked"] += len(instance.masked_lm_positions)
+    stats["not_next"] += instance.is_random_next
+    for p, label in zip(instance.masked_lm_positions, instance.masked_lm_ids):
+        token = instance.input_ids[p]
+        stats["as_mask" if token == masking.mask_id else
+              "as_same" if token == label else "as_random"] += 1
+
+
+def _remove(path):
+    if os.path.exists(path):
+        os.remove(path)
+
+
+SHARD_NAME = "shard-{:05d}.tfrecord"
+
+
+def _is_shard(name):
+    """A shard this module writes, or a temporary one an interrupted run left behind."""
+    return name.startswith("shard-") and (name.endswith(".tfrecord") or ".tfrecord.tmp" in name)
+
+
+def prepare_output(output_dir, overwrite=False):
+    """Creates `output_dir`, or checks it is empty; `overwrite` removes the shards an earlier
+    run left there (and nothing else). Returns the names removed.
+
+    The reader takes every `*.tfrecord` of a directory, so old shards would silently join the
+    new data: a non-empty directory is refused unless `overwrite` is asked for.
+    """
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"{output_dir} exists and is not a directory")
+    existing = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    if existing and not overwrite:
+        shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more"
+                                           if len(existing) > 3 else "")
+        raise FileExistsError(f"{output_dir} is not empty ({shown}); pass --overwrite "
+                              "(overwrite=True) to replace its shards, or choose a new directory")
+    old = [name for name in existing if _is_shard(name)]
+    foreign = [name for name in existing if name not in old and name.endswith(".tfrecord")]
+    if foreign:
+        raise FileExistsError(f"{output_dir} holds other TFRecord files ({foreign[0]}) that "
+                              "the reader would mix with the new shards; remove them first")
+    for name in old:
+        os.remove(os.path.join(output_dir, name))
+    os.makedirs(output_dir, exist_ok=True)
+    return old
+
+
 def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_case=True,
-                            workers=1, input_format="auto", block_size=20000, progress=True):
+                            workers=1, input_format="auto", block_size=20000, progress=True,
+                            overwrite=False):
     """Text files → TFRecord shards in `output_dir`; returns the totals (a Counter).
 
     Args:
@@ -271,21 +343,42 @@ def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_c
         workers: processes that tokenize and write blocks in parallel.
         input_format: `auto`, `documents` or `sentences`.
         block_size: sentences per block (the memory bound, and the reach of "random next").
+        overwrite: replace the shards already in `output_dir` (a non-empty one is refused
+            otherwise); the names removed are in `totals.removed`.
+
+    A run that fails or is interrupted removes the shards it wrote (none is left half-made).
 
     Example:
-    >>> create_pretraining_data(["corpus.txt"], "vocab.txt", "out/", Options(seed=1))  # doctest: +SKIP
+    >>> create_pretraining_data(["a.txt"], "vocab.txt", "out/", Options(seed=1))  # doctest: +SKIP
     """
-    from tqdm import tqdm
-
+    check_options(options)
+    if workers < 1 or block_size < 1:
+        raise ValueError(f"workers ({workers}) and block_size ({block_size}) must be at least 1")
     vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
     _tokenizer(vocab, lower_case)      # fails now, in one line, on a vocabulary without specials
     report = InputReport()
     check_inputs(paths)
     blocks = iter_blocks(paths, input_format, block_size, report)
-    os.makedirs(output_dir, exist_ok=True)
+    removed = prepare_output(output_dir, overwrite)
+    try:
+        totals = _write_blocks(blocks, (vocab, lower_case, options, output_dir), workers,
+                               progress)
+    except BaseException:                       # errors and SIGINT: leave no partial data set
+        for name in os.listdir(output_dir):
+            if _is_shard(name):
+                os.remove(os.path.join(output_dir, name))
+        raise
+    totals["replaced_bytes"] = sum(report.replaced.values())
+    totals.report, totals.removed = report, removed
+    return totals
+
+
+def _write_blocks(blocks, arguments, workers, progress):
+    """Writes each block as a shard (in `workers` processes); returns the totals."""
+    from tqdm import tqdm
+
     totals = collections.Counter()
     bar = tqdm(desc="documents", unit="doc", disable=None if progress else True)
-    arguments = (vocab, lower_case, options, output_dir)
 
     def add(stats):
         totals.update(stats)
@@ -307,11 +400,9 @@ def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_c
                     add(pending.popleft().get()[1])
     finally:
         bar.close()
-    totals["replaced_bytes"] = sum(report.replaced.values())
-    totals.report = report
     if not totals["instances"]:
         raise ValueError("no training instances: the input files hold no usable text "
-                         f"({report.documents} documents read)")
+                         f"({totals['documents']} documents read)")
     return totals
 
 
@@ -328,4 +419,7 @@ def summary(totals):
     report = getattr(totals, "report", None)
     if report is not None and report.replaced:
         lines.append("not UTF-8: " + report.summary())
+    removed = getattr(totals, "removed", None)
+    if removed:
+        lines.append(f"removed {len(removed)} old shard(s) first (--overwrite)")
     return lines

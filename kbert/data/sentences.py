@@ -83,11 +83,20 @@ def check_inputs(paths):
             raise ValueError(f"input is not a file: {path}")
 
 
+# A file where more than this share of the bytes are not UTF-8 text (undecodable, or NUL) is
+# taken for a binary file and refused; a few stray Latin-1 bytes are replaced and reported.
+MAX_NON_TEXT_SHARE = 0.05
+
+
 def _read_text(path, report):
     with open(path, "rb") as f:
         data = f.read()
     text = data.decode("utf-8", errors="replace")
     replaced = text.count("\ufffd") - data.count("\ufffd".encode())
+    share = (replaced + data.count(b"\x00")) / max(len(data), 1)
+    if share > MAX_NON_TEXT_SHARE:
+        raise ValueError(f"{path}: {share:.0%} of its bytes are not UTF-8 text (a binary "
+                         "file?); pretraining input must be UTF-8 text")
     if replaced:
         report.replaced[path] = report.replaced.get(path, 0) + replaced
     return text

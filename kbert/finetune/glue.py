@@ -18,6 +18,8 @@ import os
 
 import numpy as np
 
+from kbert.config import read_text
+
 
 @dataclasses.dataclass(frozen=True)
 class GlueTask:
@@ -90,8 +92,13 @@ def task_file(task, glue_dir, split):
 
 
 def _columns(task, header, path):
-    """Indexes of the text columns and the label column (None when absent) from the header."""
+    """Indexes of the text columns and the label column (None when absent) from the header.
+
+    Only a test file (its name starts with `test`) may lack the label column."""
+    is_test = os.path.basename(path).startswith("test")
     missing = [c for c in task.text_columns if c not in header]
+    if task.label_column not in header and not is_test:
+        missing.append(task.label_column)
     if missing:
         raise ValueError(f"{path}:1: header lacks the column {missing[0]!r} "
                          f"(found: {', '.join(header)})")
@@ -111,8 +118,7 @@ def read_glue(task, path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"GLUE file not found: {path}")
     split = os.path.splitext(os.path.basename(path))[0]
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        lines = f.read().splitlines()
+    lines = read_text(path).splitlines()
     if not lines:
         raise ValueError(f"{path}: the file is empty")
     first = lines[0].split("\t")

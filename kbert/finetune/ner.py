@@ -22,6 +22,8 @@ import os
 
 import numpy as np
 
+from kbert.config import read_text
+
 IGNORE_LABEL = -100
 # CoNLL-2003's entity types in IOB2, "O" first.
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC",
@@ -34,6 +36,7 @@ class Sentence:
     tags: list
     line: int = 0          # line number of the first word in its file
     columns: list = None   # the middle columns (POS, chunk) of each word
+    path: str = None       # the file it was read from
 
 
 def _check_tag(tag, where):
@@ -52,25 +55,26 @@ def read_conll(path, scheme=None, columns=4):
     if scheme not in (None, "iob1", "iob2"):
         raise ValueError(f"scheme should be 'iob1', 'iob2' or None, not {scheme!r}")
     sentences, current = [], None
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            parts = line.split()
-            if not parts or parts[0] == "-DOCSTART-":
-                if current:
-                    sentences.append(current)
-                current = None
-                continue
-            if len(parts) != columns:
-                raise ValueError(f"{path}:{number}: expected {columns} space-separated columns "
-                                 f"(word ... tag), found {len(parts)}")
-            _check_tag(parts[-1], f"{path}:{number}")
-            if current is None:
-                current = Sentence([], [], number, [])
-            current.words.append(parts[0])
-            current.tags.append(parts[-1])
-            current.columns.append(parts[1:-1])
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        parts = line.split()
+        if not parts or parts[0] == "-DOCSTART-":
+            if current:
+                sentences.append(current)
+            current = None
+            continue
+        if len(parts) != columns:
+            raise ValueError(f"{path}:{number}: expected {columns} space-separated columns "
+                             f"(word ... tag), found {len(parts)}")
+        _check_tag(parts[-1], f"{path}:{number}")
+        if current is None:
+            current = Sentence([], [], number, [], str(path))
+        current.words.append(parts[0])
+        current.tags.append(parts[-1])
+        current.columns.append(parts[1:-1])
     if current:
         sentences.append(current)
+    if not sentences:
+        raise ValueError(f"{path}: no sentences (the file holds only blank or -DOCSTART- lines)")
     if scheme:
         convert = to_iob2 if scheme == "iob2" else to_iob1
         for s in sentences:
@@ -134,6 +138,8 @@ def encode_ner(tokenizer, sentences, labels, max_seq_length=128):
     `[UNK]`, so every word keeps a position. Words past `max_seq_length` - 2 pieces are cut
     (counted in `truncated`); `predictions_to_tags` tags them "O".
     """
+    if not sentences:
+        raise ValueError("no sentences to encode")
     index = {t: i for i, t in enumerate(labels)}
     words = [w for s in sentences for w in s.words]
     pieces = []
@@ -146,7 +152,8 @@ def encode_ner(tokenizer, sentences, labels, max_seq_length=128):
         for w, tag in enumerate(s.tags):
             word = pieces[k + w] or [tokenizer.unk_id]
             if tag not in index:
-                raise ValueError(f"line {s.line + w}: tag {tag!r} is not in the label list "
+                where = f"{s.path}:{s.line + w}" if s.path else f"sentence at line {s.line + w}"
+                raise ValueError(f"{where}: tag {tag!r} is not in the label list "
                                  f"({', '.join(labels)})")
             if len(ids) - 1 >= budget:
                 truncated += 1 if w == len(first) else 0

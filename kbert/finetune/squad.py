@@ -81,14 +81,20 @@ def examples_from_json(obj, source="<json>", strict=False):
     """`SquadData` from an already loaded SQuAD JSON object (see `read_squad`)."""
     data = _need(obj, "data", list, source)
     version = str(obj.get("version", "1.1")).lstrip("v")
-    examples, warnings = [], []
+    examples, warnings, places = [], [], {}
     for a, article in enumerate(data):
         for p, para in enumerate(_need(article, "paragraphs", list, f"{source}: data[{a}]")):
             where = f"{source}: data[{a}].paragraphs[{p}]"
             context = _need(para, "context", str, where)
+            if not context.strip():
+                raise ValueError(f"{where}: empty context")
             for q, qa in enumerate(_need(para, "qas", list, where)):
                 here = f"{where}.qas[{q}]"
                 qid = str(_need(qa, "id", (str, int), here))
+                if qid in places:       # scores are kept per id: a repeat would overwrite one
+                    raise ValueError(f"{here}: question id {qid!r} is used twice (first at "
+                                     f"{places[qid].split(': ', 1)[-1]})")
+                places[qid] = here
                 question = _need(qa, "question", str, here)
                 answers = _need(qa, "answers", list, here) if "answers" in qa else []
                 impossible = bool(qa.get("is_impossible", False))
@@ -108,6 +114,8 @@ def examples_from_json(obj, source="<json>", strict=False):
                     elif example.answer_text is None:
                         example.answer_text, example.answer_start = text, start
                 examples.append(example)
+    if not examples:
+        raise ValueError(f"{source}: no questions (the file's 'data' holds none)")
     if warnings:
         log.warning("%s: %d answers whose answer_start does not match their text (first: %s)",
                     source, len(warnings), warnings[0])
@@ -228,6 +236,10 @@ def encode_squad(tokenizer, examples, is_training, max_seq_length=MAX_SEQ_LENGTH
     if long_questions:
         warnings.append(f"{long_questions} questions longer than {max_query_length} tokens "
                         "were cut")
+    if not rows:
+        first = f" (first: {warnings[0]})" if warnings else ""
+        raise ValueError(f"none of the {len(examples)} SQuAD questions gives a window to "
+                         f"{'train on' if is_training else 'score'}{first}")
     for w in warnings[:1]:
         log.warning("SQuAD features: %d problems (first: %s)", len(warnings), w)
     return _stack(rows, meta, is_training, tokenizer.pad_id, warnings)

@@ -1,14 +1,18 @@
 """The callbacks of a pretraining run: logged rates, a step limit, resumable backups.
 
 Example:
->>> backup = Backup("out.backup", save_every_batches=1000)               # doctest: +SKIP
->>> seen = backup.restore(model)          # batches already trained      # doctest: +SKIP
->>> model.fit(ds.skip(seen), callbacks=[TrainingMetrics(32), backup])    # doctest: +SKIP
+>>> backup = Backup("out.backup", save_every_batches=1000)                       # doctest: +SKIP
+>>> seen = backup.restore(model)          # batches already trained              # doctest: +SKIP
+>>> callbacks = [TrainingMetrics(32), StopAfter(5000), backup]                   # doctest: +SKIP
+>>> model.fit(ds.skip(seen), callbacks=callbacks)                                # doctest: +SKIP
 """
 
 import contextlib
+import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 
 import keras
@@ -54,64 +58,142 @@ class StopAfter(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class Backup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` counted in optimizer steps, also saving on SIGTERM/SIGINT.
+class Backup(keras.callbacks.Callback):
+    """Crash-safe backups every `save_every_batches` batches, and on SIGTERM/SIGINT.
 
-    The weights file holds the model and the optimizer (its iteration counter included), so the
-    step and the data position come back with it; the run is restored before `fit` by `restore`
-    so the data stream can skip to that position.
+    A backup is a directory `ckpt-<batches seen>/` in `backup_dir` holding the weights (the
+    model and the optimizer, its step counter included), dropout's random state and
+    `state.json` (the run's `settings` and the batches seen). Each is written complete under a
+    temporary name, then renamed into place (atomic), and only then are older ones removed:
+    at every instant the directory holds a complete backup, the new one or the last good one.
+
+    `restore` (before `fit`, so the data stream can skip to the restored position) loads the
+    newest backup, and refuses one whose stored settings differ from this run's. `delete`
+    removes the backups once a run has finished, so a finished run is never resumed.
+
+    Example:
+    >>> backup = Backup("out.backup", 1000, settings={"seed": 0})   # doctest: +SKIP
+    >>> seen = backup.restore(model)          # batches already trained   # doctest: +SKIP
     """
 
-    def __init__(self, backup_dir, save_every_batches):
-        super().__init__(backup_dir, save_freq=int(save_every_batches), double_checkpoint=True,
-                         delete_checkpoint=False)
+    WEIGHTS, RNG, STATE = "model.weights.h5", "rng.npz", "state.json"
+    STEPS = ("weights", "rng", "state", "switch", "cleanup")
+    after_step = None       # a test hook: called with each name in STEPS as a write passes it
+
+    def __init__(self, backup_dir, save_every_batches, settings=None):
+        super().__init__()
+        if int(save_every_batches) < 1:
+            raise ValueError(f"backups every {save_every_batches} batches: must be at least 1")
+        self.backup_dir = os.fspath(backup_dir)
+        self.save_freq = int(save_every_batches)
+        self.settings = _as_json(settings) if settings is not None else None
         self.interrupted = False
 
+    # --- reading -----------------------------------------------------------------------------
+    def backups(self):
+        """The complete backups, oldest first."""
+        if not os.path.isdir(self.backup_dir):
+            return []
+        names = [n for n in os.listdir(self.backup_dir) if n.startswith("ckpt-")
+                 and os.path.isfile(os.path.join(self.backup_dir, n, self.STATE))]
+        return [os.path.join(self.backup_dir, n) for n in sorted(names)]
+
     def restore(self, model):
-        """Loads the last backup into `model` (compiled); returns the batches already seen."""
+        """Loads the newest backup into `model` (compiled, built); returns the batches seen."""
         self.set_model(model)
-        super().on_train_begin()
-        rng_path = self._weights_path + ".rng.npz"
-        if os.path.exists(self._weights_path) and os.path.exists(rng_path):
-            states = np.load(rng_path)
-            for i, generator in enumerate(_seed_generators(model)):
-                generator.state.assign(states[f"s{i}"])
+        self._remove_temporaries()              # what a kill in the middle of a write left
+        found = self.backups()
+        if not found:
+            return batches_seen(model.optimizer)
+        with open(os.path.join(found[-1], self.STATE), encoding="utf-8") as f:
+            state = json.load(f)
+        self._check_settings(state.get("settings"), found[-1])
+        model.load_weights(os.path.join(found[-1], self.WEIGHTS))
+        states = np.load(os.path.join(found[-1], self.RNG))
+        for i, variable in enumerate(seed_states(model)):
+            variable.assign(states[f"s{i}"])
+        for path in found[:-1]:                 # a kill after the switch left the older one
+            shutil.rmtree(path, ignore_errors=True)
         return batches_seen(model.optimizer)
 
-    def on_train_begin(self, logs=None):
-        pass                                    # restored before `fit`, see `restore`
+    def _check_settings(self, stored, where):
+        if self.settings is None or stored == self.settings:
+            return
+        stored = stored or {}
+        changed = [k for k in sorted(set(stored) | set(self.settings))
+                   if stored.get(k) != self.settings.get(k)]
+        shown = "; ".join(f"{k}: {stored.get(k)!r} then, {self.settings.get(k)!r} now"
+                          for k in changed[:3])
+        raise ValueError(f"{where} is the backup of a run with other settings ({shown}); "
+                         "run again with those settings to resume it, or delete it (or choose "
+                         "another output) to start afresh")
 
-    def on_epoch_end(self, epoch, logs=None):
-        pass
-
+    # --- writing -----------------------------------------------------------------------------
     def on_train_batch_end(self, batch, logs=None):
-        seen = batches_seen(self.model.optimizer)
-        if self.interrupted or seen % self.save_freq == 0:
-            self._save_model()
+        if self.interrupted or batches_seen(self.model.optimizer) % self.save_freq == 0:
+            self.save()
         if self.interrupted:
             self.model.stop_training = True
 
-    def _save_model(self):
+    def save(self):
+        """Writes a backup of the current state (see the class docstring for the order)."""
+        seen = batches_seen(self.model.optimizer)
+        target = os.path.join(self.backup_dir, f"ckpt-{seen:012d}")
+        if os.path.isdir(target):
+            return target                       # this very state is saved already
         os.makedirs(self.backup_dir, exist_ok=True)
-        if os.path.exists(self._weights_path):
-            os.replace(self._weights_path, self._prev_weights_path)
-        tmp = self._weights_path[:-len(".weights.h5")] + ".tmp.weights.h5"
-        self.model.save_weights(tmp, overwrite=True)
-        states = {f"s{i}": keras.ops.convert_to_numpy(g.state.value)
-                  for i, g in enumerate(_seed_generators(self.model))}
-        np.savez(tmp + ".rng.npz", **states)        # dropout's random state, for exact resumes
-        os.replace(tmp + ".rng.npz", self._weights_path + ".rng.npz")
-        os.replace(tmp, self._weights_path)
+        older = self.backups()
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.backup_dir)
+        self.model.save_weights(os.path.join(tmp, self.WEIGHTS))
+        self._passed("weights")
+        np.savez(os.path.join(tmp, self.RNG),  # dropout's random state, for exact resumes
+                 **{f"s{i}": keras.ops.convert_to_numpy(v.value)
+                    for i, v in enumerate(seed_states(self.model))})
+        self._passed("rng")
+        with open(os.path.join(tmp, self.STATE), "w", encoding="utf-8") as f:
+            json.dump({"batches_seen": seen, "settings": self.settings}, f, indent=1)
+        self._passed("state")
+        os.replace(tmp, target)
+        self._passed("switch")
+        for path in older:
+            shutil.rmtree(path, ignore_errors=True)
+        self._remove_temporaries()
+        self._passed("cleanup")
+        return target
+
+    def delete(self):
+        """Removes this run's backups (and the directory, when nothing else is in it)."""
+        for path in self.backups():
+            shutil.rmtree(path, ignore_errors=True)
+        self._remove_temporaries()
+        with contextlib.suppress(OSError):
+            os.rmdir(self.backup_dir)
+
+    def _remove_temporaries(self):
+        """Half-written backups of this or an earlier, killed, run."""
+        if os.path.isdir(self.backup_dir):
+            for name in os.listdir(self.backup_dir):
+                if name.startswith(".tmp-"):
+                    shutil.rmtree(os.path.join(self.backup_dir, name), ignore_errors=True)
+
+    def _passed(self, step):
+        if Backup.after_step is not None:
+            Backup.after_step(step)
 
 
-def _seed_generators(model):
-    """The model's `keras.random.SeedGenerator`s (dropout), in a fixed order."""
+def _as_json(settings):
+    """Settings as they read back from state.json (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(settings, default=str))
+
+
+def seed_states(model):
+    """The state variables of the model's `keras.random.SeedGenerator`s (dropout), in a fixed
+    order, found through the public `model.variables`."""
     found, seen = [], set()
-    for layer in model._flatten_layers(include_self=True):
-        for generator in getattr(layer, "_seed_generators", []):
-            if id(generator) not in seen:
-                seen.add(id(generator))
-                found.append(generator)
+    for variable in model.variables:
+        if variable.name == "seed_generator_state" and id(variable) not in seen:
+            seen.add(id(variable))
+            found.append(variable)
     return found
 
 

@@ -1,22 +1,23 @@
 """Pretraining with `model.fit`: one device, several GPUs, several workers, a TPU, or JAX devices.
 
 `pretrain` is the whole recipe (paper, section 3.1 and appendix A.2): MLM + NSP on the original
-BERT TFRecords, AdamW with warmup and linear decay (`kbert.training.optimization`), checkpoints every N
-steps and on SIGTERM/SIGINT, a resumable data stream, TensorBoard logs, and a kbert checkpoint
-directory at the end.
+BERT TFRecords, AdamW with warmup and linear decay (`kbert.training.optimization`), checkpoints
+every N steps and on SIGTERM/SIGINT, a resumable data stream, TensorBoard logs, and a kbert
+checkpoint directory at the end.
 
 Example (the same thing with plain Keras, as a user script would write it):
 >>> import keras, kbert                                                          # doctest: +SKIP
 >>> from kbert.data.inputs import pretraining_dataset                            # doctest: +SKIP
->>> from kbert.training.optimization import create_optimizer                              # doctest: +SKIP
+>>> from kbert.training.optimization import create_optimizer                   # doctest: +SKIP
 >>> ds = pretraining_dataset("shards/", 32, seed=0).map(kbert.pretraining_targets)  # doctest: +SKIP
 >>> model = kbert.BertPretrainer(kbert.BertConfig.preset("mini"))                # doctest: +SKIP
->>> model.compile(create_optimizer(learning_rate=1e-4, total_steps=1000, warmup_steps=100))  # doctest: +SKIP
+>>> optimizer = create_optimizer(learning_rate=1e-4, total_steps=1000)         # doctest: +SKIP
+>>> model.compile(optimizer)                                                     # doctest: +SKIP
 >>> model.fit(ds, steps_per_epoch=100, epochs=10)                                # doctest: +SKIP
 """
 
-import contextlib
 import dataclasses
+import hashlib
 import math
 import os
 import time
@@ -25,112 +26,15 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert.training.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
-from kbert.config import BertConfig, read_vocab
+from kbert.config import PRESETS, BertConfig, read_vocab
 from kbert.models import BertPretrainer
-from kbert.training.optimization import batches_seen, create_optimizer
+from kbert.training.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
+from kbert.training.distribution import STRATEGIES, Distribution, select_distribution
+from kbert.training.optimization import OPTIMIZERS, batches_seen, create_optimizer
 
-STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel")
+__all__ = ["Distribution", "PretrainResult", "build_pretrainer", "evaluate_pretraining",
+           "pretrain", "select_distribution"]
 MIXED_PRECISION = (None, "mixed_bfloat16", "mixed_float16")
-
-
-def _targets(features):
-    # The tf.data inputs need TensorFlow; imported on use so the rest of this module does not.
-    from kbert.data.inputs import pretraining_targets
-    return pretraining_targets(features)
-
-
-# --- where training runs -------------------------------------------------------------------------
-@dataclasses.dataclass
-class Distribution:
-    """The devices a run uses and how a global batch is split across them.
-
-    `strategy` is a `tf.distribute.Strategy` on TensorFlow (None for one device); on JAX a
-    `keras.distribution.DataParallel` is set globally and `strategy` is None.
-    """
-
-    kind: str
-    strategy: object = None
-    num_replicas: int = 1
-    worker_index: int = 0
-
-    @property
-    def is_chief(self):
-        return self.worker_index == 0
-
-    def scope(self):
-        return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
-
-    def dataset(self, make_stream, global_batch_size):
-        """`make_stream()` gives global batches of features; returns what `fit` should read.
-
-        Every input pipeline reads the same deterministic stream and keeps its slice of each
-        global batch, so global batch k is the same whatever the number of devices (and a
-        resumed run can skip to its position).
-        """
-        if global_batch_size % self.num_replicas:
-            raise ValueError(f"batch size {global_batch_size} is not divisible by the "
-                             f"{self.num_replicas} replicas")
-        if self.strategy is None:
-            return make_stream().map(_targets)
-
-        stream = make_stream()                  # built here: the same seeds as one device
-
-        def per_pipeline(context):
-            size = global_batch_size // context.num_input_pipelines
-            start = context.input_pipeline_id * size
-            ds = stream.map(lambda f: {k: v[start:start + size] for k, v in f.items()})
-            ds = ds.rebatch(context.get_per_replica_batch_size(global_batch_size))
-            return ds.map(_targets)
-        return self.strategy.distribute_datasets_from_function(per_pipeline)
-
-
-def select_distribution(kind="auto", tpu=None):
-    """One entry point for every topology.
-
-    TensorFlow: "tpu" (a `TPUClusterResolver`, `tpu` names it; "auto" picks it when `TPU_NAME`
-    is set), "multi-worker" (`MultiWorkerMirroredStrategy` from `TF_CONFIG`; "auto" when it is
-    set), "mirrored" (every GPU, or every logical CPU when there is no GPU; "auto" with 2+ GPUs),
-    "default" (one device). JAX: "data-parallel" (`keras.distribution.DataParallel` over all
-    devices; "auto" with 2+ devices). PyTorch: one device.
-    """
-    if kind not in STRATEGIES:
-        raise ValueError(f"unknown strategy {kind!r}; choose one of {', '.join(STRATEGIES)}")
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-        if kind in ("auto", "data-parallel") and (kind == "data-parallel" or jax.device_count() > 1):
-            distribution = keras.distribution.DataParallel(devices=jax.devices())
-            keras.distribution.set_distribution(distribution)
-            return Distribution("data-parallel", None, jax.device_count(), jax.process_index())
-        if kind not in ("auto", "default"):
-            raise ValueError(f"strategy {kind!r} needs the tensorflow backend")
-        return Distribution("default")
-    if backend != "tensorflow":
-        if kind not in ("auto", "default"):
-            raise ValueError(f"strategy {kind!r} is not available on the {backend} backend")
-        return Distribution("default")
-
-    import tensorflow as tf
-    if kind == "auto":                          # TPU and TF_CONFIG first: listing devices
-        kind = ("tpu" if tpu or os.environ.get("TPU_NAME") else          # starts the runtime
-                "multi-worker" if os.environ.get("TF_CONFIG") else
-                "mirrored" if len(tf.config.list_logical_devices("GPU")) > 1 else "default")
-    if kind == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        strategy = tf.distribute.TPUStrategy(resolver)
-    elif kind == "multi-worker":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    elif kind == "mirrored":
-        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-        strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
-    else:
-        return Distribution("default")
-    resolver = strategy.cluster_resolver
-    index = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
-    return Distribution(kind, strategy, strategy.num_replicas_in_sync, int(index))
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -161,7 +65,6 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
 
 def _config_for_vocab(config, vocab_size):
     """A preset takes the vocabulary's size; a config file or object must match it."""
-    from kbert.config import PRESETS
     if isinstance(config, str) and config in PRESETS:
         return BertConfig.preset(config, vocab_size=vocab_size)
     config = BertConfig.from_any(config)
@@ -180,6 +83,65 @@ class PretrainResult:
     interrupted: bool = False
     output: str = None
     wall_seconds: float = 0.0
+
+
+@dataclasses.dataclass
+class Settings:
+    """What `pretrain` was asked for, checked. `resume_key` is what a backup must match."""
+
+    datas: list
+    phase_steps: list
+    output: str
+    config: object
+    init: str
+    vocab: object
+    batch_size: int
+    warmup_steps: int
+    learning_rate: float
+    max_seq_length: int
+    max_predictions_per_seq: int
+    optimizer: str
+    weight_decay: float
+    mixed_precision: str
+    jit_compile: object
+    checkpoint_every: int
+    accumulate: int
+    dynamic_masking: bool
+    seed: int
+    strategy: str
+    tpu: str
+    backup_dir: str
+    shuffle_buffer: int
+
+    @property
+    def steps(self):
+        return sum(self.phase_steps)
+
+    @property
+    def micro_batch(self):
+        return self.batch_size // self.accumulate
+
+    def resume_key(self, model_config, vocab):
+        """The settings that decide the weights a run ends with (not where it logs or how
+        often it saves): a backup made with other ones is not resumed."""
+        return {"data": [os.path.abspath(d) for d in self.datas],
+                "phase_steps": self.phase_steps, "config": model_config.to_dict(),
+                "init": os.path.abspath(self.init) if self.init else None,
+                "vocab_sha256": hashlib.sha256("\n".join(vocab).encode()).hexdigest(),
+                "batch_size": self.batch_size, "warmup_steps": self.warmup_steps,
+                "learning_rate": self.learning_rate, "optimizer": self.optimizer,
+                "weight_decay": self.weight_decay, "mixed_precision": self.mixed_precision,
+                "accumulate": self.accumulate, "dynamic_masking": self.dynamic_masking,
+                "seed": self.seed, "shuffle_buffer": self.shuffle_buffer}
+
+
+@dataclasses.dataclass
+class Phase:
+    """One `--data` set trained on from batch `start` to batch `end` (counted over the run)."""
+    data: str
+    start: int
+    end: int
+    make_stream: object         # skip -> a tf.data stream of feature batches from `start + skip`
 
 
 def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = None,
@@ -204,16 +166,49 @@ def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = 
             `accumulate` gradient-accumulation batches).
         steps: optimizer updates in total; `warmup_steps` defaults to 1% of them.
         checkpoint_every: updates between backups (in `backup_dir`, default `output + ".backup"`);
-            a killed run started again with the same arguments resumes from the last one.
+            a killed run started again with the same arguments resumes from the last one, a
+            run with other settings is refused, and a finished run removes its backups.
         dynamic_masking: re-draw the masks of every batch (RoBERTa) instead of the stored ones.
+
+    The steps, each a function below: `validate_settings` → `select_distribution` →
+    `build_model_and_optimizer` → `make_phases` → `make_callbacks` → `fit_phases` →
+    `save_checkpoint`.
 
     Example:
     >>> result = pretrain("shards/", "out/ckpt", config="mini", vocab="vocab.txt",  # doctest: +SKIP
     ...                   batch_size=32, steps=1000)
     """
-    from kbert.data import inputs
-
     started = time.perf_counter()
+    settings = validate_settings(
+        data, output, config, init, vocab, batch_size, steps, warmup_steps, learning_rate,
+        max_seq_length, max_predictions_per_seq, optimizer, weight_decay, mixed_precision,
+        jit_compile, checkpoint_every, accumulate, dynamic_masking, phase_steps, seed, strategy,
+        tpu, backup_dir, shuffle_buffer)
+    dist = select_distribution(settings.strategy, settings.tpu)  # first: collectives need a
+    shapes = _shard_shapes(settings.datas)                       # fresh runtime
+    keras.utils.set_random_seed(settings.seed)
+    model, vocab, do_lower_case = build_model_and_optimizer(settings, dist, shapes)
+    backup = Backup(_backup_dir(settings, dist), settings.checkpoint_every * settings.accumulate,
+                    settings.resume_key(model.config, vocab))
+    seen = backup.restore(model)
+    phases = make_phases(settings, vocab, shapes)
+    stop, all_callbacks = make_callbacks(settings, backup, log_dir, callbacks)
+    history, seen = fit_phases(model, phases, seen, dist, stop, all_callbacks, settings, verbose)
+    result = PretrainResult(model, seen // settings.accumulate, history, backup.interrupted)
+    if not backup.interrupted and output is not None:
+        result.output = save_checkpoint(model, vocab, do_lower_case, settings, dist,
+                                        save_dtype, model_card)
+        backup.delete()                         # finished: nothing to resume any more
+    result.wall_seconds = time.perf_counter() - started
+    return result
+
+
+def validate_settings(data, output, config, init, vocab, batch_size, steps, warmup_steps,
+                      learning_rate, max_seq_length, max_predictions_per_seq, optimizer,
+                      weight_decay, mixed_precision, jit_compile, checkpoint_every, accumulate,
+                      dynamic_masking, phase_steps, seed, strategy, tpu, backup_dir,
+                      shuffle_buffer):
+    """Every argument of `pretrain` checked before any work, each problem in one line."""
     datas = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     for d in datas:
         if not os.path.exists(d) and not any(c in str(d) for c in "*?["):
@@ -221,90 +216,144 @@ def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = 
     phase_steps = list(phase_steps) if phase_steps else [steps]
     if len(phase_steps) != len(datas):
         raise ValueError(f"{len(datas)} data sets but {len(phase_steps)} phase step counts")
-    steps = sum(phase_steps)
-    if accumulate < 1 or batch_size % accumulate:
+    for name, value in [("batch size", batch_size), ("--checkpoint-every", checkpoint_every),
+                        ("--accumulate", accumulate), ("--shuffle-buffer", shuffle_buffer),
+                        *(("steps", s) for s in phase_steps)]:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if batch_size % accumulate:
         raise ValueError(f"batch size {batch_size} is not divisible by --accumulate {accumulate}")
+    total = sum(phase_steps)
+    warmup = int(0.01 * total) if warmup_steps is None else warmup_steps
+    if not 0 <= warmup <= total:
+        raise ValueError(f"warmup steps must be in [0, {total}] (the steps), got {warmup}")
+    if not learning_rate > 0:
+        raise ValueError(f"learning rate must be positive, got {learning_rate}")
     if mixed_precision not in MIXED_PRECISION:
         raise ValueError(f"unknown mixed precision policy {mixed_precision!r}")
-    micro_batch = batch_size // accumulate
-    dist = select_distribution(strategy, tpu)   # first: collective ops need a fresh runtime
-    shapes = [inputs.shard_shapes(inputs.shard_files(str(d))) for d in datas]
-
-    keras.utils.set_random_seed(seed)
-    with dist.scope():
-        model, vocab, do_lower_case = build_pretrainer(config, init, vocab, dtype=mixed_precision)
-        model({"input_ids": np.ones((1, 4), "int32"),                      # builds the model
-               "masked_lm_positions": np.zeros((1, 1), "int32")})
-        _check_data(datas, shapes, model.config, max_seq_length, max_predictions_per_seq)
-        warmup = int(0.01 * steps) if warmup_steps is None else warmup_steps
-        model.compile(create_optimizer(optimizer, learning_rate, steps, warmup, weight_decay,
-                                       gradient_accumulation_steps=accumulate,
-                                       loss_scale=mixed_precision == "mixed_float16"),
-                      jit_compile=jit_compile)
-        model.optimizer.build(model.trainable_variables)
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if output is None and backup_dir is None:
         raise ValueError("pretrain needs an output directory or a backup_dir")
-    backup_dir = backup_dir or os.path.abspath(output) + ".backup"
+    if output is not None and os.path.exists(output) and not os.path.isdir(output):
+        raise ValueError(f"output {output} exists and is not a directory")
+    return Settings([str(d) for d in datas], phase_steps, output, config, init, vocab,
+                    batch_size, warmup, learning_rate, max_seq_length, max_predictions_per_seq,
+                    optimizer, weight_decay, mixed_precision, jit_compile, checkpoint_every,
+                    accumulate, dynamic_masking, seed, strategy, tpu, backup_dir, shuffle_buffer)
+
+
+def _shard_shapes(datas):
+    from kbert.data import inputs
+    return [inputs.shard_shapes(inputs.shard_files(d)) for d in datas]
+
+
+def build_model_and_optimizer(settings, dist, shapes):
+    """(compiled and built `BertPretrainer`, vocabulary, do_lower_case), in the strategy's
+    scope, after checking the shards fit the model."""
+    s = settings
+    with dist.scope():
+        model, vocab, do_lower_case = build_pretrainer(s.config, s.init, s.vocab,
+                                                       dtype=s.mixed_precision)
+        model({"input_ids": np.ones((1, 4), "int32"),                      # builds the model
+               "masked_lm_positions": np.zeros((1, 1), "int32")})
+        _check_data(s.datas, shapes, model.config, s.max_seq_length, s.max_predictions_per_seq)
+        model.compile(create_optimizer(s.optimizer, s.learning_rate, s.steps, s.warmup_steps,
+                                       s.weight_decay, gradient_accumulation_steps=s.accumulate,
+                                       loss_scale=s.mixed_precision == "mixed_float16"),
+                      jit_compile=s.jit_compile)
+        model.optimizer.build(model.trainable_variables)
+    return model, vocab, do_lower_case
+
+
+def _backup_dir(settings, dist):
+    """Where this worker's backups go (one folder per non-chief worker)."""
+    backup_dir = settings.backup_dir or os.path.abspath(settings.output) + ".backup"
     if dist.num_replicas > 1 and not dist.is_chief:
         backup_dir = os.path.join(backup_dir, f"worker-{dist.worker_index}")
-    backup = Backup(backup_dir, checkpoint_every * accumulate)
-    seen = backup.restore(model)
+    return backup_dir
 
+
+def make_phases(settings, vocab, shapes):
+    """One `Phase` per data set: its batch range and a stream that can skip into it."""
+    from kbert.data import inputs
     masking = None
-    if dynamic_masking:
-        from kbert.data.inputs import DynamicMasking
-        masking = DynamicMasking(vocab, shapes[0][1])
-    callbacks = [TrainingMetrics(batch_size), StopAfter(0), backup, *callbacks]
-    if log_dir:
-        callbacks.append(keras.callbacks.TensorBoard(log_dir, update_freq=max(1, checkpoint_every // 10)))
-    history, end = {}, 0
-    with save_on_signal(backup):
-        for d, phase in zip(datas, phase_steps):
-            start, end = end, end + phase * accumulate
-            if seen >= end or backup.interrupted:
-                continue
-            skip = seen - start
+    if settings.dynamic_masking:
+        masking = inputs.DynamicMasking(vocab, shapes[0][1])
+    phases, end = [], 0
+    for d, steps in zip(settings.datas, settings.phase_steps):
+        start, end = end, end + steps * settings.accumulate
 
-            def stream(d=d, skip=skip):
-                return inputs.pretraining_dataset(
-                    str(d), micro_batch, seed=seed, dynamic_masking=masking,
-                    shuffle_buffer=shuffle_buffer).skip(skip)
-            callbacks[1].total_batches = end
-            if dist.kind == "multi-worker" and not hasattr(model, "_kbert_step"):
-                # Keras averages the per-replica logs with axis=0, which scalars lack.
-                import tensorflow as tf
-                model._kbert_step = model.train_step
-                model.train_step = lambda data: {
-                    k: tf.reshape(v, [1]) for k, v in model._kbert_step(data).items()}
-            if dist.strategy is not None:
-                # Keras builds metrics from a batch it reduces across replicas (failing under
-                # MultiWorkerMirroredStrategy); hand it a local batch instead.
-                sample = next(iter(stream().take(1).map(_targets)))
-                model._maybe_symbolic_build = (
-                    lambda iterator=None, data_batch=None, build=model._maybe_symbolic_build,
-                    sample=sample: build(data_batch=sample))
-            per_epoch = checkpoint_every * accumulate
+        def make_stream(skip, d=d):
+            return inputs.pretraining_dataset(
+                d, settings.micro_batch, seed=settings.seed, dynamic_masking=masking,
+                shuffle_buffer=settings.shuffle_buffer).skip(skip)
+        phases.append(Phase(d, start, end, make_stream))
+    return phases
+
+
+def make_callbacks(settings, backup, log_dir=None, extra=()):
+    """(the `StopAfter` that ends each phase, every callback of the run in order)."""
+    stop = StopAfter(0)
+    callbacks = [TrainingMetrics(settings.batch_size), stop, backup, *extra]
+    if log_dir:
+        callbacks.append(keras.callbacks.TensorBoard(
+            log_dir, update_freq=max(1, settings.checkpoint_every // 10)))
+    return stop, callbacks
+
+
+def fit_phases(model, phases, seen, dist, stop, callbacks, settings, verbose="auto"):
+    """`model.fit` over each phase not finished yet, from batch `seen`; returns the merged
+    history and the batches seen at the end. A SIGTERM/SIGINT saves a backup and stops."""
+    backup = next(c for c in callbacks if isinstance(c, Backup))
+    per_epoch = settings.checkpoint_every * settings.accumulate
+    history, prepared = {}, False
+    with save_on_signal(backup):
+        for phase in phases:
+            if seen >= phase.end or backup.interrupted:
+                continue
+            skip = seen - phase.start
+
+            def stream(phase=phase, skip=skip):
+                return phase.make_stream(skip)
+            if not prepared:
+                dist.prepare_for_fit(model, _local_batch(stream))
+                prepared = True
+            stop.total_batches = phase.end
             first_epoch = seen // per_epoch
-            fit = model.fit(dist.dataset(stream, micro_batch), steps_per_epoch=per_epoch,
-                            initial_epoch=first_epoch,
-                            epochs=first_epoch + math.ceil((end - seen) / per_epoch) + 1,
+            fit = model.fit(dist.dataset(stream, settings.micro_batch),
+                            steps_per_epoch=per_epoch, initial_epoch=first_epoch,
+                            epochs=first_epoch + math.ceil((phase.end - seen) / per_epoch) + 1,
                             callbacks=callbacks, verbose=verbose)
             for k, v in fit.history.items():
                 history.setdefault(k, []).extend(v)
             seen = batches_seen(model.optimizer)
-    result = PretrainResult(model, seen // accumulate, history, backup.interrupted)
-    if not backup.interrupted and output is not None:
-        target = output if dist.is_chief else os.path.join(backup_dir, "final")
-        checkpoint_lib.save(target, model, vocab=vocab, do_lower_case=do_lower_case,
-                            dtype=save_dtype, model_card=model_card)
-        result.output = target
-    result.wall_seconds = time.perf_counter() - started
-    return result
+    return history, seen
+
+
+def _local_batch(stream):
+    """The first batch of (features, targets) as one device reads it."""
+    from kbert.data.inputs import pretraining_targets
+    return next(iter(stream().take(1).map(pretraining_targets)))
+
+
+def save_checkpoint(model, vocab, do_lower_case, settings, dist, save_dtype="float32",
+                    model_card=None):
+    """Writes the checkpoint directory (the chief writes `output`; other workers a copy in
+    their backup folder, as every worker must save under a multi-worker strategy)."""
+    target = (settings.output if dist.is_chief else
+              os.path.join(_backup_dir(settings, dist), "final"))
+    checkpoint_lib.save(target, model, vocab=vocab, do_lower_case=do_lower_case,
+                        dtype=save_dtype, model_card=model_card)
+    return target
 
 
 def _check_data(datas, shapes, config, max_seq_length, max_predictions_per_seq):
     """Shard shapes against the options and the model; ids against the vocabulary."""
     import tensorflow as tf
+
     from kbert.data import inputs
     for d, (seq, preds) in zip(datas, shapes):
         if max_seq_length and len(datas) == 1 and seq != max_seq_length:
@@ -330,14 +379,15 @@ def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
     Reads every record once in file order (no shuffling, no repetition).
 
     Example:
-    >>> evaluate_pretraining(kbert.load("ckpt").task_model("pretraining"), "heldout/")  # doctest: +SKIP
+    >>> model = kbert.load("ckpt").task_model("pretraining")          # doctest: +SKIP
+    >>> evaluate_pretraining(model, "heldout/")                       # doctest: +SKIP
     {'mlm_accuracy': 0.55, 'nsp_accuracy': 0.9, 'mlm_loss': 2.4, 'nsp_loss': 0.25, 'examples': 1553}
     """
     from kbert.data import inputs
     if not getattr(model, "compiled", False):
         model.compile()
     ds = inputs.pretraining_dataset(str(data), batch_size, is_training=False)
-    ds = ds.map(_targets)
+    ds = ds.map(inputs.pretraining_targets)
     examples = sum(1 for _ in inputs.pretraining_dataset(str(data), 4096, is_training=False)
                    .unbatch())
     out = model.evaluate(ds, steps=max_batches, return_dict=True, verbose=0)

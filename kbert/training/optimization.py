@@ -14,6 +14,15 @@ Example:
 import keras
 from keras import ops
 
+# Keras privates this module still uses, each where Keras has no public counterpart:
+# - `_clip_gradients` (`_ClipAcrossReplicas`): the one hook between the gradients and the update;
+# - `_momentums`, `_velocities`, `_get_variable_index` (`AdamW.update_step`): Adam's slots, read
+#   as `keras.optimizers.Adam.update_step` itself reads them (new slots would double the memory
+#   and change what a backup holds);
+# - `_use_weight_decay` (`decayed_variables`): Keras' own decision, shown rather than re-derived;
+# - `_iterations` (`batches_seen`): the batch counter; the public `iterations` counts updates,
+#   which under gradient accumulation is batches // accumulation steps.
+
 # Variable names (Keras `variable.name`, the last part of the path) that get no weight decay:
 # LayerNorm's scale and offset and every bias, the MLM head's `output_bias` included.
 NO_WEIGHT_DECAY = ("gamma", "beta", "bias")
@@ -158,6 +167,9 @@ def decayed_variables(optimizer, variables):
 
 
 def batches_seen(optimizer):
-    """Batches consumed so far: optimizer updates × gradient accumulation steps."""
+    """Batches consumed so far (optimizer updates × gradient accumulation steps, plus the
+    batches accumulated towards the next update)."""
     inner = inner_optimizer(optimizer)
+    if not inner.gradient_accumulation_steps:
+        return int(ops.convert_to_numpy(inner.iterations))
     return int(ops.convert_to_numpy(inner._iterations))

@@ -194,6 +194,6 @@ def test_cli_reports_one_line(tmp_path, capsys):
     hf, variables = _variables(tmp_path)
     variables["cls/unknown_head/w"] = np.zeros(3, "float32")
     src = write_google_checkpoint(tmp_path / "x", variables, _google_config(hf), tiny_vocab(VOCAB))
-    assert main(["convert", "--from", "google", src, "--output", str(tmp_path / "o")]) == 1
+    assert main(["convert", "--from", "google", src, "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cls/unknown_head/w" in err

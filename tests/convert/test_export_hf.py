@@ -130,7 +130,7 @@ def test_cli_export_and_direction_flags(tmp_path, capsys):
                  "--output", str(tmp_path / "hf")]) == 0
     assert (tmp_path / "hf" / "model.safetensors").is_file()
     assert main(["convert", "--to", "onnx", str(tmp_path / "kbert"),
-                 "--output", str(tmp_path / "x")]) == 1
+                 "--output", str(tmp_path / "x")]) == 2
     assert "unknown export format 'onnx'" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --from and --to are mutually exclusive
         main(["convert", "--from", "hf", "--to", "hf", "a", "--output", "b"])

@@ -155,15 +155,15 @@ def test_bad_input(corpus, tmp_path, capsys):
     out = str(tmp_path / "out")
     code, _, err = run(capsys, "--input", paths[0], str(tmp_path / "missing.txt"),
                        "--vocab", vocab, "--output", out)
-    assert code == 1 and "missing.txt" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "missing.txt" in err and len(err.strip().splitlines()) == 1
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n  \n")
     code, _, err = run(capsys, "--input", str(empty), "--vocab", vocab, "--output", out)
-    assert code == 1 and "no training instances" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "no training instances" in err and len(err.strip().splitlines()) == 1
     bad_vocab = tmp_path / "bad_vocab.txt"
     bad_vocab.write_text("the\nman\n")
     code, _, err = run(capsys, "--input", *paths, "--vocab", str(bad_vocab), "--output", out)
-    assert code == 1 and "lacks the special tokens" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "lacks the special tokens" in err and len(err.strip().splitlines()) == 1
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("Caf\xe9 and the man went to the store. He bought milk.\n".encode("latin-1")
                        + open(paths[1], "rb").read())
@@ -224,3 +224,89 @@ def test_statistics_on_the_real_corpus(shared_data, tmp_path):
         assert (np.take_along_axis(ids, positions, 1)[w] != 0).all()   # inside the sequence
         count += len(ids)
     assert count == totals["instances"]
+
+
+# --- the output directory and bad options --------------------------------------------------------
+def test_second_run_into_the_same_directory_is_refused_or_replaces(corpus, tmp_path, capsys):
+    paths, vocab = corpus
+    out = tmp_path / "o"
+    common = ["--vocab", vocab, "--output", str(out), "--max-seq-length", "32",
+              "--dupe-factor", "1"]
+    assert run(capsys, "--input", *paths, "--block-size", "20", *common)[0] == 0
+    first = sorted(p.name for p in out.iterdir())
+    assert len(first) > 1
+    code, _, err = run(capsys, "--input", paths[0], *common)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{out} is not empty" in err and "--overwrite" in err
+    assert sorted(p.name for p in out.iterdir()) == first          # nothing touched
+    code, text, err = run(capsys, "--input", paths[0], *common, "--overwrite")
+    assert code == 0, err
+    assert f"removed {len(first)} old shard(s) first (--overwrite)" in text
+    assert sorted(p.name for p in out.iterdir()) == ["shard-00000.tfrecord"]
+    alone = tmp_path / "alone"
+    assert run(capsys, "--input", paths[0], *common[:2], "--output", str(alone),
+               *common[4:])[0] == 0
+    assert len(read_all(out)["input_ids"]) == len(read_all(alone)["input_ids"])
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--masked-lm-prob", "2", "masked_lm_prob must be in (0, 1], got 2.0"),
+    ("--masked-lm-prob", "0", "masked_lm_prob must be in (0, 1], got 0.0"),
+    ("--max-seq-length", "3", "max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with A "
+                              "and B of 1+ tokens), got 3"),
+    ("--max-predictions-per-seq", "0", "max_predictions_per_seq must be at least 1, got 0"),
+    ("--short-seq-prob", "-1", "short_seq_prob must be in [0, 1], got -1.0"),
+    ("--dupe-factor", "0", "dupe_factor must be at least 1, got 0"),
+    ("--workers", "0", "workers (0) and block_size (20000) must be at least 1"),
+])
+def test_bad_options_are_refused_before_any_work(corpus, tmp_path, capsys, option, value,
+                                                 message):
+    paths, vocab = corpus
+    code, _, err = run(capsys, "--input", *paths, "--vocab", vocab, "--output",
+                       str(tmp_path / "o"), option, value)
+    assert code == 2 and err.strip() == f"kbert create-pretraining-data: error: {message}"
+    assert not (tmp_path / "o").exists()
+
+
+def test_binary_file_is_refused(corpus, tmp_path, capsys):
+    paths, vocab = corpus
+    binary = tmp_path / "program"
+    binary.write_bytes(bytes(range(256)) * 64 + b"The man went to the store.\n")
+    code, _, err = run(capsys, "--input", paths[0], str(binary), "--vocab", vocab, "--output",
+                       str(tmp_path / "o"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{binary}: 50% of its bytes are not UTF-8 text (a binary file?)" in err
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_interrupted_run_leaves_no_temporary_or_partial_shards(corpus, tmp_path, capsys,
+                                                               monkeypatch, workers):
+    paths, vocab = corpus
+    out = tmp_path / "o"
+    calls = {"n": 0}
+    real = pretraining.serialize_instance
+
+    def interrupted(instance, options):       # Ctrl-C in the middle of the second shard
+        calls["n"] += 1
+        if calls["n"] == 200:
+            raise KeyboardInterrupt
+        return real(instance, options)
+    monkeypatch.setattr(pretraining, "serialize_instance", interrupted)
+    if workers > 1:                            # spawned workers do not see the monkeypatch:
+        monkeypatch.setattr(pretraining, "_write_blocks",  # interrupt the parent while they write
+                            _interrupt_after_first_shard(pretraining._write_blocks))
+    code, _, err = run(capsys, "--input", *paths, "--vocab", vocab, "--output", str(out),
+                       "--max-seq-length", "32", "--block-size", "20", "--workers", str(workers))
+    assert code == 130 and "interrupted" in err
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+def _interrupt_after_first_shard(write_blocks):
+    def wrapper(blocks, arguments, workers, progress):
+        def blocks_then_interrupt():
+            for i, block in enumerate(blocks):
+                if i == 3:
+                    raise KeyboardInterrupt
+                yield block
+        return write_blocks(blocks_then_interrupt(), arguments, workers, progress)
+    return wrapper

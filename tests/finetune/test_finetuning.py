@@ -232,7 +232,7 @@ def test_bad_tsv_names_file_and_line(tiny_init, keyword_files, tmp_path, capsys)
     rc = _cli("finetune", "sst2", "--init", tiny_init, "--train", str(bad), "--dev",
               keyword_files[1], "--output", str(tmp_path / "out"))
     err = capsys.readouterr().err.strip()
-    assert rc == 1 and len(err.splitlines()) == 1
+    assert rc == 2 and len(err.splitlines()) == 1
     assert f"{bad}:3:" in err and "columns" in err
     assert not os.path.exists(tmp_path / "out")
 
@@ -240,9 +240,9 @@ def test_bad_tsv_names_file_and_line(tiny_init, keyword_files, tmp_path, capsys)
 def test_checkpoint_without_the_head_is_named(tiny_init, keyword_files, keyword_model, capsys):
     rc = _cli("evaluate", "sst2", "--model", tiny_init, "--data", keyword_files[1])
     err = capsys.readouterr().err.strip()
-    assert rc == 1 and "classifier" in err and len(err.splitlines()) == 1
+    assert rc == 2 and "classifier" in err and len(err.splitlines()) == 1
     rc = _cli("evaluate", "conll2003", "--model", keyword_model[0], "--data", keyword_files[1])
-    assert rc == 1 and "tagger" in capsys.readouterr().err
+    assert rc == 2 and "tagger" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args,message", [
@@ -251,7 +251,7 @@ def test_checkpoint_without_the_head_is_named(tiny_init, keyword_files, keyword_
 ])
 def test_other_bad_inputs_are_one_line(args, message, keyword_model, keyword_files, capsys):
     args = [{"KEYWORD": keyword_model[0], "DEV": keyword_files[1]}.get(a, a) for a in args]
-    assert _cli(*args) == 1
+    assert _cli(*args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
 

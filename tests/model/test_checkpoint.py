@@ -128,3 +128,38 @@ def test_cli_bad_input_is_one_line(tmp_path):
                   str(tmp_path / "o"))
     assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1
     assert "not found" in result.stderr
+
+
+def _with_config(tmp_path, edit):
+    path = checkpoint.save(tmp_path / "ckpt", _pretrainer(), vocab=VOCAB)
+    config_path = os.path.join(path, "config.json")
+    config = json.loads(open(config_path).read())
+    with open(config_path, "w") as f:
+        json.dump(edit(config), f)
+    return path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: None, r"config.json: expected a JSON object of hyper-parameters, found null"),
+    (lambda c: [c], r"config.json: expected a JSON object of hyper-parameters, found a list"),
+    (lambda c: dict(c, heads=["mlm", "nsp"]), r"config.json: 'heads' should be an object"),
+    (lambda c: dict(c, heads=None), r"config.json: 'heads' should be an object .* found null"),
+    (lambda c: dict(c, heads={"mlm": [], "nsp": {}}), r"config.json: heads.mlm should be an obj"),
+    (lambda c: dict(c, heads={"mlm": {}, "mystery": {}}), r"config.json: heads: unknown head"),
+    (lambda c: dict(c, dropout="0.1"), r"config.json: BertConfig.dropout must be a number"),
+    (lambda c: dict(c, num_heads=[2]), r"config.json: BertConfig.num_heads must be a positive"),
+    (lambda c: dict(c, do_lower_case="yes"), r"config.json: 'do_lower_case' should be true"),
+])
+def test_malformed_config_json_names_file_and_field(tmp_path, edit, message):
+    path = _with_config(tmp_path, edit)
+    with pytest.raises(checkpoint.CheckpointError, match=message):
+        checkpoint.load(path)
+
+
+def test_cli_malformed_config_is_one_line_exit_2(tmp_path):
+    path = _with_config(tmp_path, lambda c: dict(c, heads=["mlm"]))
+    result = _cli("convert", "--to", "hf", path, "--output", str(tmp_path / "o"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"kbert convert: error: {path}/config.json: 'heads' should be an object "
+        "{name: options}, found a list"]

@@ -180,6 +180,35 @@ def test_build_vocab_cli(tmp_path, capsys):
                      "--output", str(out), "--num-unused", "0"]) == 0
     assert out.read_text().splitlines()[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert cli.main(["build-vocab", "--input", str(tmp_path / "nope.txt"), "--vocab-size",
-                     "150", "--output", str(out)]) == 1
+                     "150", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope.txt" in err[0]
+
+
+# --- vocabulary files --------------------------------------------------------------------------
+def test_duplicate_vocab_token_later_id_wins_as_in_transformers(tmp_path, caplog):
+    from helpers import tiny_vocab
+    from transformers import BertTokenizer
+    vocab = tiny_vocab() + ["dog", "cat"]            # "dog" and "cat" listed a second time
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="kbert.config"):
+        tok = Tokenizer(str(path))
+    lines = [r.getMessage() for r in caplog.records]
+    first = tiny_vocab().index("dog") + 1
+    assert lines == [f"{path}: token 'dog' is on lines {first}, {len(vocab) - 1}; the last "
+                     "one's id is used, as in transformers (and 1 more tokens)"]
+    assert tok.vocab_size == len(vocab)              # ids stay line numbers
+    hf = BertTokenizer(str(path), do_lower_case=True)
+    text = "the dog sat on the cat mat"
+    assert tok.encode(text) == hf.encode(text, add_special_tokens=False)
+    assert tok.encode("dog cat") == [len(vocab) - 2, len(vocab) - 1]
+
+
+def test_non_utf8_vocab_names_file_and_line(tmp_path):
+    from helpers import tiny_vocab
+    path = tmp_path / "vocab.txt"
+    path.write_bytes("\n".join(tiny_vocab()).encode() + "\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"vocab\.txt:{len(tiny_vocab()) + 1}: not UTF-8 "
+                                         r"\(byte 0xe9 at column 4\)"):
+        read_vocab(str(path))

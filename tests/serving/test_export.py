@@ -275,11 +275,11 @@ def test_graphs_use_only_tf_serving_ops(exported):
 def test_export_errors_are_one_line(tmp_path, exported, capsys):
     from kbert import cli
     models, _ = exported
-    assert cli.main(["export", str(tmp_path / "nope"), "--output", str(tmp_path / "o")]) == 1
+    assert cli.main(["export", str(tmp_path / "nope"), "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "not found" in err and len(err.strip().splitlines()) == 1
     assert cli.main(["export", models["pretrained"][0], "--output", str(tmp_path / "o"),
-                     "--signatures", "answer"]) == 1
+                     "--signatures", "answer"]) == 2
     assert "no 'span' head" in capsys.readouterr().err
 
 

@@ -298,7 +298,7 @@ def test_sigkilled_run_resumes_to_the_same_weights(tmp_path):
 # --- bad input -----------------------------------------------------------------------------------
 def _cli_error(capsys, *argv):
     from kbert import cli
-    assert cli.main(["pretrain", *argv]) == 1
+    assert cli.main(["pretrain", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     return err
