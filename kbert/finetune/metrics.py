@@ -89,6 +89,13 @@ def f1(labels, predictions):
     return 100.0 * float(f1_score(labels, predictions, pos_label=1, average="binary"))
 
 
+def macro_f1(labels, predictions):
+    """F1 averaged over the classes in the labels, each class counting the same."""
+    from sklearn.metrics import f1_score
+    return 100.0 * float(f1_score(labels, predictions, labels=np.unique(labels),
+                                  average="macro", zero_division=0))
+
+
 def mcc(labels, predictions):
     """Matthews correlation coefficient (CoLA)."""
     from sklearn.metrics import matthews_corrcoef
@@ -106,8 +113,8 @@ def spearman(labels, predictions):
     return 100.0 * float(spearmanr(predictions, labels)[0])
 
 
-GLUE_METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson,
-                "spearman": spearman}
+GLUE_METRICS = {"accuracy": accuracy, "f1": f1, "macro_f1": macro_f1, "mcc": mcc,
+                "pearson": pearson, "spearman": spearman}
 
 
 def glue_scores(metric_names, labels, predictions):
