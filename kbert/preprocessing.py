@@ -6,7 +6,8 @@
     BertQuestionAnswererPreprocessor   `(questions, contexts)` (+ `(answer_starts, answer_texts)`)
 
 Each is a Keras layer: `preprocessor(x, y=None, sample_weight=None)` returns what
-`keras.utils.pack_x_y_sample_weight` returns — `(features, y, sample_weight)` — so
+`keras.utils.pack_x_y_sample_weight` returns — `(features, y, sample_weight)`, or the
+features alone without labels — so
 `dataset.map(preprocessor)` runs it in the `tf.data` pipeline whichever backend trains, as
 keras-hub's preprocessors do. Text pairs travel as a tuple. Sentence(-pair) and multiple-choice
 packing are TensorFlow ops (`kbert.serving.graph_ops.pack`, the graph twin of `Tokenizer.pack`:
@@ -24,7 +25,7 @@ Example:
 >>> x, y = p(["good film", "bad"], ["pos", "neg"])
 >>> x["input_ids"].numpy().tolist(), y.numpy().tolist()
 ([[2, 5, 6, 3], [2, 7, 3, 0]], [1, 0])
->>> p((["good"], ["bad film"]))[0]["segment_ids"].numpy().tolist()
+>>> p((["good"], ["bad film"]))["segment_ids"].numpy().tolist()
 [[0, 0, 0, 1, 1, 1]]
 """
 
@@ -207,7 +208,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
             t.set_shape([None, None])
         features = dict(zip(("input_ids", "segment_ids", "input_mask"), out[:3]))
         if y is None:
-            return (features,)
+            return features
         weights = out[4]
         if sample_weight is not None:
             weights *= tf.cast(tf.reshape(sample_weight, [-1, 1]), tf.float32)
@@ -282,7 +283,7 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
             t.set_shape([None])
         features = dict(zip(("input_ids", "segment_ids", "input_mask"), out[:3]))
         if y is None:
-            return (features,)
+            return features
         return features, {"start_logits": out[3], "end_logits": out[4]}
 
     def check(self, x, y=None, sample_weight=None):
