@@ -62,7 +62,7 @@ class BertBackbone(keras.Model):
     ((2, 6, 128), (2, 128))
     """
 
-    def __init__(self, config=None, **kwargs):
+    def __init__(self, config: BertConfig | dict | str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.config = _as_config(config if config is not None else BertConfig())
         c = self.config
@@ -145,7 +145,7 @@ class _FineTunedModel(_TaskModel):
     preprocessor, `compile()` with the paper's recipe, checkpoint directories in and out."""
 
     head_name = None
-    learning_rate = 5e-5
+    default_learning_rate = 5e-5
 
     def __init__(self, backbone, **kwargs):
         super().__init__(backbone, **kwargs)
@@ -160,6 +160,12 @@ class _FineTunedModel(_TaskModel):
     @preprocessor.setter
     def preprocessor(self, value):
         self.__dict__["_preprocessor"] = value
+
+    def __setattr__(self, name, value):
+        if name == "preprocessor":    # not via Keras / torch.nn.Module, which would track it
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     # --- checkpoints -----------------------------------------------------------------------
     @classmethod
@@ -209,7 +215,7 @@ class _FineTunedModel(_TaskModel):
         loss, weighted_metrics: None: the task's (`default_loss`, `default_metrics`).
         """
         if optimizer is None:
-            self._recipe = dict(learning_rate=learning_rate or self.learning_rate,
+            self._recipe = dict(learning_rate=learning_rate or self.default_learning_rate,
                                 warmup=warmup, weight_decay=weight_decay,
                                 steps=num_train_steps, compile=(loss, weighted_metrics, kwargs))
             optimizer = self._paper_optimizer(num_train_steps)

@@ -1,6 +1,6 @@
 """Preprocessing layers: raw text in, BERT features out, inside `tf.data` on every backend.
 
-    BertPreprocessor                   texts, or pairs `(texts_a, texts_b)` → `[CLS] A [SEP] B [SEP]`
+    BertPreprocessor                   texts, or pairs `(texts_a, texts_b)` → [CLS] A [SEP] B [SEP]
     BertMultipleChoicePreprocessor     `(contexts, endings [B, C])` → features [B, C, T]
     BertTokenClassifierPreprocessor    word lists (+ tag lists) → each word's tag on its first piece
     BertQuestionAnswererPreprocessor   `(questions, contexts)` (+ `(answer_starts, answer_texts)`)
