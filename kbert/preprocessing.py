@@ -21,7 +21,7 @@ A task model built by `from_checkpoint` carries its preprocessor (`model.preproc
 Example:
 >>> from kbert.tokenizer import Tokenizer
 >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "film", "bad"]
->>> p = BertPreprocessor(vocab, labels=["neg", "pos"])
+>>> p = BertPreprocessor(vocab, labels=["neg", "pos"], pad_to_multiple_of=1)
 >>> x, y = p(["good film", "bad"], ["pos", "neg"])
 >>> x["input_ids"].numpy().tolist(), y.numpy().tolist()
 ([[2, 5, 6, 3], [2, 7, 3, 0]], [1, 0])
