@@ -142,8 +142,12 @@ def _task_batch(cls, n=16, t=12):
     """Features and targets for a task model, learnable from the first token."""
     x = random_inputs(n, t, 120, seed=1)
     first = x["input_ids"][:, 1] % 2
-    if cls is kbert.BertMultipleChoice:
-        x = {k: np.stack([v, np.roll(v, 1, 0)], 1) for k, v in x.items()}   # [n, 2, t]
+    if cls is kbert.BertMultipleChoice:         # the right choice has token 7 at position 1
+        marked = dict(x, input_ids=x["input_ids"].copy())
+        marked["input_ids"][:, 1] = 7
+        pick = first.astype(bool)[:, None]
+        x = {k: np.stack([np.where(pick, x[k], marked[k]), np.where(pick, marked[k], x[k])], 1)
+             for k in x}                                                   # [n, 2, t]
         return x, first
     if cls is kbert.BertQuestionAnswerer:
         return x, {"start_logits": first + 1, "end_logits": first + 2}
