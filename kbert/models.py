@@ -58,7 +58,7 @@ class BertBackbone(keras.Model):
     Example:
     >>> backbone = BertBackbone(BertConfig.preset("tiny", vocab_size=100))
     >>> out = backbone({"input_ids": ops.ones((2, 6), "int32")})
-    >>> out["sequence_output"].shape, out["pooled_output"].shape
+    >>> tuple(out["sequence_output"].shape), tuple(out["pooled_output"].shape)
     ((2, 6, 128), (2, 128))
     """
 
@@ -309,7 +309,7 @@ class BertPretrainer(_TaskModel):
     >>> model = BertPretrainer(BertConfig.preset("tiny", vocab_size=100))
     >>> out = model({"input_ids": ops.ones((2, 6), "int32"),
     ...              "masked_lm_positions": ops.ones((2, 3), "int32")})
-    >>> out["mlm_logits"].shape, out["nsp_logits"].shape
+    >>> tuple(out["mlm_logits"].shape), tuple(out["nsp_logits"].shape)
     ((2, 3, 100), (2, 2))
     """
 
@@ -381,7 +381,7 @@ class BertClassifier(_SingleHeadModel):
 
     Example:
     >>> model = BertClassifier(BertConfig.preset("tiny", vocab_size=100), num_labels=3)
-    >>> model({"input_ids": ops.ones((2, 6), "int32")}).shape
+    >>> tuple(model({"input_ids": ops.ones((2, 6), "int32")}).shape)
     (2, 3)
     >>> clf = BertClassifier.from_checkpoint("saved_models/NAME", labels=["neg", "pos"])
     ... # doctest: +SKIP
