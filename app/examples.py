@@ -43,6 +43,18 @@ QUESTION_ANSWERING = [
      "were discovered by Asaph Hall in 1877."],
 ]
 
+CLASSIFY = [
+    ["A wonderful film: the cast is superb and the story kept me hooked.", ""],
+    ["Dull, slow and far too long. I wanted my money back.", ""],
+    ["The man went to the store.", "He bought a gallon of milk."],
+]
+
+ENTITIES = [
+    ["Gustave Eiffel's company built the tower in Paris for the 1889 World's Fair."],
+    ["Angela Merkel met Emmanuel Macron in Berlin on Tuesday."],
+    ["Apple opened a new office in London, said Tim Cook."],
+]
+
 ATTENTION = [
     ["The cat sat on the mat because it was tired.", ""],
     ["The man went to the store.", "He bought a gallon of milk."],
@@ -61,6 +73,14 @@ NOTES = {
           "start ≤ end pair is the answer. A SQuAD 2.0 model may answer *no answer* (the "
           "`[CLS]` span) when the context does not contain one. Long contexts are read in "
           "overlapping windows.",
+    "classify": "**Sequence classification.** A fine-tuned classifier reads `[CLS] text [SEP]` "
+                "(or a pair `[CLS] A [SEP] B [SEP]`) and predicts a label from the final "
+                "`[CLS]` vector; a regression head predicts one number. Train one on your own "
+                "CSV with `kbert finetune classify` (see docs/finetuning.md).",
+    "entities": "**Named entities (token classification).** A fine-tuned tagger labels each "
+                "word at its first WordPiece with an IOB tag (`B-PER`, `I-PER`, `O`, ...); "
+                "consecutive tags of one type form an entity. Train one with `kbert finetune "
+                "tag` on CoNLL or JSONL files.",
     "attention": "**Self-attention.** Every layer lets each WordPiece token attend to all the "
                  "others; each row of the heatmap is one token's attention distribution for "
                  "the chosen layer and head (it sums to 1). Many heads attend to `[SEP]`, to "

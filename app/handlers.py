@@ -10,7 +10,8 @@ from app import examples, inference, plots
 from app.registry import InputError
 
 log = logging.getLogger("app")
-TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span"}
+TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span", "classify": "classifier",
+            "entities": "tagger"}
 
 
 def _guard(fn, n_outputs):
@@ -81,6 +82,37 @@ def answer(registry):
         return (text, best["score"], spans, rows, null,
                 _notes(out["notes"]))
     return _guard(qa, 6)
+
+
+def classify(registry):
+    def run(model, text, text_pair):
+        out = inference.classify(registry, model, text, text_pair)
+        scores = out["scores"]
+        if out["regression"]:
+            return None, scores["score"], _notes(out["notes"])
+        return scores, None, _notes(out["notes"])
+    return _guard(run, 3)
+
+
+def entities(registry):
+    def run(model, text):
+        out = inference.entities(registry, model, text)
+        spans, last = [], 0
+        for e in out["entities"]:
+            spans += [(text[last:e["start"]], None), (text[e["start"]:e["end"]], e["label"])]
+            last = e["end"]
+        spans.append((text[last:], None))
+        rows = [[e["text"], e["label"], round(e["score"], 4), e["start"], e["end"]]
+                for e in out["entities"]]
+        return [s for s in spans if s[0]], rows, _notes(out["notes"])
+    return _guard(run, 3)
+
+
+def default_model(registry, tab):
+    """The picker's value when `tab` is opened: the current model if it has the tab's head."""
+    def pick(current):
+        return registry.default(TAB_HEAD.get(tab), current)
+    return pick
 
 
 def attention(registry):

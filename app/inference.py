@@ -167,3 +167,32 @@ def attention(registry, name, text, text_b="", layer=1, head="mean"):
         else []
     return {"tokens": model.tokenizer.convert_ids_to_tokens(ids), "ids": ids,
             "matrix": matrix, "layer": layer, "head": head, "notes": notes}
+
+
+# --- classify and entities (checkpoints fine-tuned with a classifier or tagger head) ------------
+def _input_note(model, n_tokens, limit):
+    return [_cut_note(n_tokens, limit)] if n_tokens > limit else []
+
+
+def classify(registry, name, text, text_pair=""):
+    """{"scores": {label: probability} (best first) or {"score": value}, "regression", "notes"}."""
+    model = registry.require(name, "classifier")
+    text = _text(text, "The text")
+    text_pair = (text_pair or "").strip() or None
+    n = len(model.tokenizer.encode(text)) + (len(model.tokenizer.encode(text_pair)) + 1
+                                              if text_pair else 0)
+    scores = model.classify(text, text_pair)
+    regression = list(scores) == ["score"]
+    if not regression:
+        scores = dict(sorted(scores.items(), key=lambda kv: -kv[1]))
+    return {"scores": scores, "regression": regression,
+            "notes": _input_note(model, n, model.max_seq_length - (3 if text_pair else 2))}
+
+
+def entities(registry, name, text):
+    """{"entities": [{"text", "label", "start", "end", "score"}], "notes"}."""
+    model = registry.require(name, "tagger")
+    text = _text(text, "The text")
+    n = len(model.tokenizer.encode(text))
+    return {"entities": model.tag(text),
+            "notes": _input_note(model, n, model.max_seq_length - 2)}

@@ -11,7 +11,8 @@ import threading
 
 # What each tab needs, and how to say it to a user.
 HEAD_NAMES = {"mlm": "masked-LM (fill-mask)", "nsp": "next-sentence",
-              "span": "span (question answering)"}
+              "span": "span (question answering)", "classifier": "classifier",
+              "tagger": "tagger (entities)"}
 
 
 class InputError(ValueError):
@@ -84,6 +85,16 @@ class Registry:
 
     def with_head(self, head):
         return [n for n, info in self.models.items() if head in info["heads"]]
+
+    def default(self, head=None, current=None):
+        """The model a tab starts on: `current` if it has `head`, else the first that has it
+        (else `current`, or the first model)."""
+        if current in self.models and (head is None or head in self.models[current]["heads"]):
+            return current
+        having = self.with_head(head) if head else []
+        if having:
+            return having[0]
+        return current if current in self.models else (self.names or [None])[0]
 
     def check(self, name, head=None):
         """Raises InputError saying plainly that model `name` is unknown or lacks `head`."""

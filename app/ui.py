@@ -7,12 +7,12 @@ from app import examples, handlers, inference
 TITLE = "kbert playground"
 INTRO = ("BERT (Devlin et al., 2018) pre-trains a Transformer encoder on two tasks — masked "
          "language modelling and next sentence prediction — and is then fine-tuned, e.g. for "
-         "question answering. Pick a checkpoint; each tab says when it lacks the head it needs.")
+         "question answering. Each tab starts on a checkpoint that has the head it needs; the "
+         "picker switches to any other (the tab says when it lacks the head).")
 
 
 def _default(registry, head):
-    with_head = registry.with_head(head)
-    return (with_head or registry.names or [None])[0]
+    return registry.default(head)
 
 
 def _fill_tab(registry, model):
@@ -83,6 +83,40 @@ def _qa_tab(registry, model):
     return status
 
 
+def _classify_tab(registry, model):
+    gr.Markdown(examples.NOTES["classify"])
+    status = gr.Markdown()
+    with gr.Row():
+        text = gr.Textbox(label="Text", lines=2, value=examples.CLASSIFY[0][0],
+                          elem_id="classify-text")
+        text_pair = gr.Textbox(label="Second text (optional, for pair tasks)", lines=2,
+                               elem_id="classify-pair")
+    gr.Examples(examples.CLASSIFY, inputs=[text, text_pair])
+    run = gr.Button("Classify", variant="primary", elem_id="classify-run")
+    message = gr.Markdown(label="notice", elem_id="classify-message")
+    label = gr.Label(label="Prediction", num_top_classes=5, elem_id="classify-label")
+    score = gr.Number(label="Score (regression)", precision=4, elem_id="classify-score")
+    run.click(handlers.classify(registry), [model, text, text_pair], [label, score, message],
+              api_name="classify")
+    return status
+
+
+def _entities_tab(registry, model):
+    gr.Markdown(examples.NOTES["entities"])
+    status = gr.Markdown()
+    text = gr.Textbox(label="Text", lines=3, value=examples.ENTITIES[0][0],
+                      elem_id="entities-text")
+    gr.Examples(examples.ENTITIES, inputs=[text])
+    run = gr.Button("Find entities", variant="primary", elem_id="entities-run")
+    message = gr.Markdown(label="notice", elem_id="entities-message")
+    highlight = gr.HighlightedText(label="Entities in the text", elem_id="entities-highlight")
+    table = gr.Dataframe(headers=["entity", "type", "score", "start", "end"], label="Entities",
+                         interactive=False, elem_id="entities-table")
+    run.click(handlers.entities(registry), [model, text], [highlight, table, message],
+              api_name="entities")
+    return status
+
+
 def _attention_tab(registry, model):
     gr.Markdown(examples.NOTES["attention"])
     status = gr.Markdown()
@@ -113,6 +147,12 @@ def _attention_tab(registry, model):
     return status
 
 
+TABS = (("fill", "Fill mask", _fill_tab), ("nsp", "Next sentence", _nsp_tab),
+        ("qa", "Question answering", _qa_tab), ("classify", "Classify", _classify_tab),
+        ("entities", "Entities", _entities_tab), ("attention", "Attention", _attention_tab))
+OPTIONAL_TABS = ("classify", "entities")
+
+
 def build_demo(registry):
     """The playground as a `gr.Blocks` (not yet queued or launched)."""
     with gr.Blocks(title=TITLE) as demo:
@@ -121,12 +161,15 @@ def build_demo(registry):
                             label="Model", elem_id="model")
         statuses = {}
         with gr.Tabs():
-            for tab, title, build in (("fill", "Fill mask", _fill_tab),
-                                      ("nsp", "Next sentence", _nsp_tab),
-                                      ("qa", "Question answering", _qa_tab),
-                                      ("attention", "Attention", _attention_tab)):
-                with gr.Tab(title, id=tab):
+            for tab, title, build in TABS:
+                # Fine-tuned heads' tabs show only where a checkpoint has the head.
+                visible = tab not in OPTIONAL_TABS or bool(
+                    registry.with_head(handlers.TAB_HEAD[tab]))
+                with gr.Tab(title, id=tab, visible=visible) as page:
                     statuses[tab] = build(registry, model)
+                # Each tab starts on a checkpoint that has its head (the picker stays global).
+                page.select(handlers.default_model(registry, tab), model, model,
+                            api_visibility="private")
 
         def refresh(name):
             return [handlers.head_status(registry, name, tab) for tab in statuses]

@@ -202,9 +202,25 @@ def _task_names():
     return TASKS
 
 
+def _add_columns(p):
+    """The own-data tasks' column options (classify, regress, tag)."""
+    p.add_argument("--text-column", help="classify/regress: the text column (default text); "
+                                         "tag JSONL: the tokens key (default tokens)")
+    p.add_argument("--text-pair-column", help="classify/regress: the second text's column")
+    p.add_argument("--label-column", help="classify/regress: the label column (default label); "
+                                          "tag JSONL: the tags key (default tags)")
+
+
+def _task_options(args):
+    return {"text_column": args.text_column, "text_pair_column": args.text_pair_column,
+            "label_column": args.label_column}
+
+
 def _add_finetune(sub):
     p = sub.add_parser("finetune", help="fine-tune a checkpoint on a GLUE, SQuAD, CoNLL-2003 or "
-                                        "SWAG task, keeping the best dev epoch")
+                                        "SWAG task, or on your own CSV/TSV/JSONL, CoNLL or SQuAD "
+                                        "file (classify, regress, tag, qa), keeping the best dev "
+                                        "epoch")
     p.add_argument("task", metavar="TASK", choices=_task_names(), help=" ".join(_task_names()))
     p.add_argument("--init", required=True, help="the checkpoint to start from")
     p.add_argument("--train", required=True, help="the training file")
@@ -226,6 +242,7 @@ def _add_finetune(sub):
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
                    help="XLA compilation of the train step")
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
+    _add_columns(p)
     p.set_defaults(func=_run_finetune)
 
 
@@ -240,7 +257,7 @@ def _run_finetune(args):
         tune_null_threshold=args.tune_null_threshold,
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit_compile],
         save_dtype=args.save_dtype, max_train_examples=args.max_train_examples,
-        bucketing=args.bucketing)
+        bucketing=args.bucketing, task_options=_task_options(args))
     print(f"wrote {result.output}: best epoch {result.best_epoch} of {args.epochs} "
           f"({result.train_examples} training examples, {result.wall_seconds:.0f}s)")
     print(json.dumps(result.best_scores))
@@ -254,6 +271,7 @@ def _add_evaluate(sub):
     p.add_argument("--data", required=True, help="the file to score")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
+    _add_columns(p)
     p.set_defaults(func=_run_evaluate)
 
 
@@ -262,7 +280,8 @@ def _run_evaluate(args):
 
     from kbert import finetune
     scores = finetune.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
-                                 max_seq_length=args.max_seq_length)
+                               max_seq_length=args.max_seq_length,
+                               task_options=_task_options(args))
     print(json.dumps(scores))
 
 

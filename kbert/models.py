@@ -2,7 +2,17 @@
 
 Inputs follow the original BERT feature names: `input_ids`, `segment_ids`, `input_mask`
 (1 = real token, 0 = padding), and for pretraining `masked_lm_positions`.
+
+The fine-tuning models (`BertClassifier`, `BertTokenClassifier`, `BertQuestionAnswerer`,
+`BertMultipleChoice`) also take raw text once a preprocessor is attached
+(`from_checkpoint` attaches one; see `kbert.preprocessing`), and `compile()` defaults to the
+paper's recipe: AdamW (weight decay 0.01, none on LayerNorm and biases), lr 5e-5 with 10% warmup
+then linear decay over the training steps (known at `fit` from the dataset's size × epochs),
+and the task's loss and metrics.
 """
+
+import math
+import warnings
 
 import keras
 from keras import ops
@@ -44,7 +54,7 @@ class BertBackbone(keras.Model):
     ((2, 6, 128), (2, 128))
     """
 
-    def __init__(self, config=None, **kwargs):
+    def __init__(self, config: BertConfig | dict | str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.config = BertConfig.from_any(config if config is not None else BertConfig())
         c = self.config
@@ -99,7 +109,7 @@ class BertBackbone(keras.Model):
 class _TaskModel(keras.Model):
     """A backbone plus heads; `get_config` stores the encoder config and the head options."""
 
-    def __init__(self, backbone, **kwargs):
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", **kwargs):
         super().__init__(**kwargs)
         if not isinstance(backbone, BertBackbone):
             backbone = BertBackbone(backbone, dtype=kwargs.get("dtype"))
@@ -112,9 +122,169 @@ class _TaskModel(keras.Model):
     def get_config(self):
         return {**super().get_config(), "backbone": self.backbone.config.to_dict()}
 
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(BertBackbone(config.pop("backbone")), **config)
+
     def _head_kwargs(self):
         c = self.config
         return dict(initializer_range=c.initializer_range, dtype=self.dtype_policy)
+
+
+class _FineTunedModel(_TaskModel):
+    """A task model for fine-tuning: raw-text `fit`/`evaluate`/`predict` through its
+    preprocessor, `compile()` with the paper's recipe, checkpoint directories in and out."""
+
+    head_name = None
+    default_learning_rate = 5e-5
+
+    def __init__(self, backbone, **kwargs):
+        super().__init__(backbone, **kwargs)
+        self.head_options = {}    # stored in config.json by save_checkpoint (labels, ...)
+        self._recipe = None       # compile(optimizer=None)'s settings, for the schedule at fit
+
+    # The preprocessor is kept out of Keras' tracking: it holds no weights, only TF tables.
+    @property
+    def preprocessor(self):
+        return self.__dict__.get("_preprocessor")
+
+    @preprocessor.setter
+    def preprocessor(self, value):
+        self.__dict__["_preprocessor"] = value
+
+    def __setattr__(self, name, value):
+        if name == "preprocessor":    # not via Keras / torch.nn.Module, which would track it
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    # --- checkpoints -----------------------------------------------------------------------
+    @classmethod
+    def from_checkpoint(cls, path: str, num_labels: int | None = None,
+                        labels: list | None = None, max_seq_length: int | None = None,
+                        **kwargs) -> "_FineTunedModel":
+        """This task model on a kbert checkpoint directory, with its preprocessor attached.
+
+        The checkpoint's head of this kind is kept unless `num_labels`/`labels` ask for
+        another one (then a fresh head is made). `labels` are the label names in id order
+        (tags for `BertTokenClassifier`); `num_labels=1` makes a regressor.
+        `max_seq_length` defaults to 128 (384 for QA).
+        """
+        # The preprocessor needs TensorFlow (tf-text): imported on use, so kbert.models
+        # imports without it.
+        from kbert import preprocessing
+        return preprocessing.task_from_checkpoint(cls, path, num_labels=num_labels,
+                                                  labels=labels, max_seq_length=max_seq_length,
+                                                  **kwargs)
+
+    def save_checkpoint(self, directory: str, vocab: list | str | None = None,
+                        do_lower_case: bool | None = None, dtype: str = "float32",
+                        model_card: str | None = None) -> str:
+        """Writes a checkpoint directory (atomically) that `kbert.load` reads; the head's
+        labels go into config.json. The vocabulary comes from the preprocessor."""
+        from kbert import preprocessing  # TensorFlow, on use: see from_checkpoint
+        return preprocessing.save_task_checkpoint(self, directory, vocab, do_lower_case, dtype,
+                                                  model_card)
+
+    # --- compile ---------------------------------------------------------------------------
+    def default_loss(self):
+        """The task's loss (and `loss_weights`), as `compile` arguments."""
+        raise NotImplementedError
+
+    def default_metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    def compile(self, optimizer=None, loss=None, weighted_metrics=None, *,
+                learning_rate: float | None = None, warmup: float = 0.1,
+                weight_decay: float = 0.01, num_train_steps: int | None = None, **kwargs):
+        """`keras.Model.compile` with the paper's defaults for what is left out.
+
+        optimizer: None: AdamW from `kbert.training.optimization.create_optimizer` with peak
+            `learning_rate` (5e-5), `warmup` (a fraction of the steps) then linear decay to 0
+            over `num_train_steps` — when not given, the first `fit` sets it from its data
+            (batches per epoch × epochs); a constant rate where that is unknown.
+        loss, weighted_metrics: None: the task's (`default_loss`, `default_metrics`).
+        """
+        if optimizer is None:
+            self._recipe = dict(learning_rate=learning_rate or self.default_learning_rate,
+                                warmup=warmup, weight_decay=weight_decay,
+                                steps=num_train_steps, compile=(loss, weighted_metrics, kwargs))
+            optimizer = self._paper_optimizer(num_train_steps)
+        else:
+            self._recipe = None
+        defaults = self.default_loss() if loss is None else {"loss": loss}
+        if weighted_metrics is None and "metrics" not in kwargs:
+            weighted_metrics = self.default_metrics()
+        super().compile(optimizer=optimizer, **defaults, weighted_metrics=weighted_metrics,
+                        **kwargs)
+
+    def _paper_optimizer(self, steps):
+        # kbert.training sits above the models (its loop builds them): imported on use.
+        from kbert.training.optimization import create_optimizer
+        r = self._recipe
+        if not steps:    # unknown length: a constant rate (no decay within 2^31 steps)
+            return create_optimizer("adamw", r["learning_rate"], 2 ** 31 - 1, 0,
+                                    r["weight_decay"])
+        return create_optimizer("adamw", r["learning_rate"], steps,
+                                int(round(r["warmup"] * steps)), r["weight_decay"])
+
+    def _schedule(self, x, y, batch_size, epochs, kwargs):
+        """At the first `fit` after `compile(optimizer=None)`: warmup and decay over its steps."""
+        if self._recipe is None or self._recipe["steps"]:
+            return
+        per_epoch = kwargs.get("steps_per_epoch") or _batches_per_epoch(x, batch_size)
+        if not per_epoch:
+            return
+        self._recipe["steps"] = per_epoch * (epochs - kwargs.get("initial_epoch", 0))
+        loss, metrics, compile_kwargs = self._recipe["compile"]
+        recipe = self._recipe
+        self.compile(loss=loss, weighted_metrics=metrics, learning_rate=recipe["learning_rate"],
+                     warmup=recipe["warmup"], weight_decay=recipe["weight_decay"],
+                     num_train_steps=recipe["steps"], **compile_kwargs)
+
+    # --- raw inputs ------------------------------------------------------------------------
+    def _adapt(self, x, y, sample_weight, batch_size, shuffle=False):
+        if self.preprocessor is None:
+            return x, y, sample_weight, batch_size
+        return self.preprocessor.adapt_inputs(x, y, sample_weight, batch_size, shuffle)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
+            validation_data=None, shuffle=True, **kwargs):
+        """`keras.Model.fit`; with a preprocessor, `x` may be raw text (see the class)."""
+        raw = x
+        x, y, sample_weight, batch_size = self._adapt(x, y, sample_weight, batch_size, shuffle)
+        shuffle = shuffle and x is raw    # a dataset made here is shuffled already
+        if validation_data is not None and self.preprocessor is not None:
+            validation_data = self._adapt(*keras.utils.unpack_x_y_sample_weight(
+                validation_data), batch_size)[0] if isinstance(validation_data, tuple) \
+                else self._adapt(validation_data, None, None, None)[0]
+        self._schedule(x, y, batch_size, epochs, kwargs)
+        with warnings.catch_warnings():   # span and tagger heads leave the pooler unused
+            warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs,
+                               sample_weight=sample_weight, validation_data=validation_data,
+                               shuffle=shuffle, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        x, y, sample_weight, batch_size = self._adapt(x, y, sample_weight, batch_size)
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight,
+                                **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        x, _, _, batch_size = self._adapt(x, None, None, batch_size)
+        return super().predict(x, batch_size=batch_size, **kwargs)
+
+
+def _batches_per_epoch(x, batch_size):
+    """Batches in one pass over `x` (a dataset with a known size, or arrays); None if unknown."""
+    if hasattr(x, "cardinality"):
+        n = int(x.cardinality())
+        return n if n > 0 else None
+    leaves = [v for v in (x.values() if isinstance(x, dict) else [x]) if hasattr(v, "__len__")]
+    if not leaves:
+        return None
+    return math.ceil(len(leaves[0]) / (batch_size or 32))
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -135,7 +305,8 @@ class BertPretrainer(_TaskModel):
     ((2, 3, 100), (2, 2))
     """
 
-    def __init__(self, backbone, mlm_head=None, nsp_head=None, **kwargs):
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", mlm_head=None,
+                 nsp_head=None, **kwargs):
         super().__init__(backbone, **kwargs)
         c = self.config
         self.mlm_head = mlm_head or MaskedLMHead(
@@ -165,17 +336,17 @@ class BertPretrainer(_TaskModel):
         super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,
                         **kwargs)
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(BertBackbone(config.pop("backbone")), **config)
+
+def _sparse_ce(**kwargs):
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, **kwargs)
 
 
-class _SingleHeadModel(_TaskModel):
+class _SingleHeadModel(_FineTunedModel):
     head_class = None
-    head_name = None
 
-    def __init__(self, backbone, num_labels=2, head=None, dropout=None, **kwargs):
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", num_labels: int = 2,
+                 head: keras.layers.Layer | None = None, dropout: float | None = None,
+                 **kwargs):
         super().__init__(backbone, **kwargs)
         self.num_labels = num_labels
         self.head_dropout = self.config.dropout if dropout is None else dropout
@@ -191,25 +362,37 @@ class _SingleHeadModel(_TaskModel):
         return {**super().get_config(), "num_labels": self.num_labels,
                 "dropout": self.head_dropout}
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(BertBackbone(config.pop("backbone")), **config)
-
 
 @keras.saving.register_keras_serializable(package="kbert")
 class BertClassifier(_SingleHeadModel):
     """Sequence classification / regression on the pooled `[CLS]` output: logits [B, num_labels].
 
-    Use `num_labels=1` for regression (STS-B).
+    Use `num_labels=1` for regression (STS-B): `compile()` then uses the mean squared error.
+    With a preprocessor (`from_checkpoint`), `fit`/`evaluate`/`predict` take texts, or pairs
+    as `x=(texts_a, texts_b)`, and labels as ids or as names from `labels`.
 
     Example:
     >>> model = BertClassifier(BertConfig.preset("tiny", vocab_size=100), num_labels=3)
     >>> tuple(model({"input_ids": ops.ones((2, 6), "int32")}).shape)
     (2, 3)
+    >>> clf = BertClassifier.from_checkpoint("saved_models/NAME", labels=["neg", "pos"])
+    ... # doctest: +SKIP
+    >>> clf.compile()                                                  # doctest: +SKIP
+    >>> clf.fit(["a fine film", "dull"], ["pos", "neg"], epochs=3)     # doctest: +SKIP
+    >>> clf.save_checkpoint("out/")                                    # doctest: +SKIP
     """
     head_class = ClassificationHead
     head_name = "classifier"
+
+    def default_loss(self):
+        if self.num_labels == 1:
+            return {"loss": keras.losses.MeanSquaredError()}
+        return {"loss": _sparse_ce()}
+
+    def default_metrics(self):
+        if self.num_labels == 1:
+            return [keras.metrics.MeanAbsoluteError(name="mae")]
+        return super().default_metrics()
 
     def call(self, inputs, training=False):
         return self.head(self.backbone(inputs, training=training)["pooled_output"],
@@ -218,9 +401,17 @@ class BertClassifier(_SingleHeadModel):
 
 @keras.saving.register_keras_serializable(package="kbert")
 class BertTokenClassifier(_SingleHeadModel):
-    """Token classification (NER) on the sequence output: logits [B, T, num_labels]."""
+    """Token classification (NER) on the sequence output: logits [B, T, num_labels].
+
+    With a preprocessor, `x` is a list of word lists and `y` their tags (names from `labels`
+    or ids): each word's tag goes on its first WordPiece, the other positions get sample
+    weight 0, and `compile()`'s loss and accuracy are the weighted means over the words.
+    """
     head_class = TokenClassificationHead
     head_name = "tagger"
+
+    def default_loss(self):
+        return {"loss": _sparse_ce(reduction="mean_with_sample_weight")}
 
     def call(self, inputs, training=False):
         return self.head(self.backbone(inputs, training=training)["sequence_output"],
@@ -228,10 +419,16 @@ class BertTokenClassifier(_SingleHeadModel):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertQuestionAnswerer(_TaskModel):
-    """SQuAD span QA: `start_logits` and `end_logits` [B, T] (paper, section 4.2)."""
+class BertQuestionAnswerer(_FineTunedModel):
+    """SQuAD span QA: `start_logits` and `end_logits` [B, T] (paper, section 4.2).
 
-    def __init__(self, backbone, head=None, **kwargs):
+    With a preprocessor, `x=(questions, contexts)` and `y=(answer_starts, answer_texts)`
+    (character offsets; "" for no answer); a long context gives one row per window.
+    """
+    head_name = "span"
+
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str",
+                 head: keras.layers.Layer | None = None, **kwargs):
         super().__init__(backbone, **kwargs)
         self.head = head or SpanHead(name="span", **self._head_kwargs())
         if not self.head.built:
@@ -241,21 +438,34 @@ class BertQuestionAnswerer(_TaskModel):
         start, end = self.head(self.backbone(inputs, training=training)["sequence_output"])
         return {"start_logits": start, "end_logits": end}
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(BertBackbone(config.pop("backbone")), **config)
+    def default_loss(self):
+        # The paper's loss: the mean of the start and end cross-entropies.
+        return {"loss": {"start_logits": _sparse_ce(), "end_logits": _sparse_ce()},
+                "loss_weights": {"start_logits": 0.5, "end_logits": 0.5}}
+
+    def default_metrics(self):
+        return {k: [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+                for k in ("start_logits", "end_logits")}
 
 
 @keras.saving.register_keras_serializable(package="kbert")
 class BertMultipleChoice(_SingleHeadModel):
-    """Multiple choice (SWAG): inputs [B, C, T], one shared scorer, logits [B, C]."""
+    """Multiple choice (SWAG): inputs [B, C, T], one shared scorer, logits [B, C].
+
+    With a preprocessor, `x=(contexts, endings)` with `endings` [B, C] strings, `y` the index
+    of the right ending; `compile()`'s loss is the cross-entropy over the C choices.
+    """
     head_class = MultipleChoiceHead
     head_name = "choice"
 
-    def __init__(self, backbone, head=None, dropout=None, **kwargs):
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str",
+                 head: keras.layers.Layer | None = None, dropout: float | None = None,
+                 **kwargs):
         kwargs.pop("num_labels", None)
         super().__init__(backbone, num_labels=1, head=head, dropout=dropout, **kwargs)
+
+    def default_loss(self):
+        return {"loss": _sparse_ce()}
 
     def _make_head(self):
         head = MultipleChoiceHead(dropout=self.head_dropout, name="choice", **self._head_kwargs())

@@ -86,16 +86,19 @@ def _scores(spec, model, prepared, options, batch_size, tune=False):
 
 def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
              data: str | os.PathLike, batch_size: int = 64,
-             max_seq_length: int | None = None) -> dict[str, float]:
+             max_seq_length: int | None = None,
+             task_options: dict | None = None) -> dict[str, float]:
     """The task's official scores (percentages) of a fine-tuned checkpoint on `data`.
 
     Args:
         task: one of `TASKS`.
         model: a checkpoint directory, a loaded `Checkpoint` or `kbert.load(...)`'s result;
             it needs the task's head (a clear error names the missing one).
-        data: the task's file (GLUE TSV, SQuAD JSON, CoNLL-2003, SWAG CSV).
+        data: the task's file (GLUE TSV, SQuAD JSON, CoNLL-2003, SWAG CSV; for the own-data
+            tasks a CSV/TSV/JSONL, CoNLL or SQuAD file).
+        task_options: `get_task`'s column options (own-data tasks).
     """
-    spec = get_task(task)
+    spec = get_task(task, **(task_options or {}))
     ckpt = _load(model)
     keras_model = ckpt.task_model(spec.head)
     options = ckpt.head_options.get(spec.head, {})
@@ -167,12 +170,14 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
              tune_null_threshold: bool = False, jit_compile: str | bool = "auto",
              save_dtype: str = "float32", eval_batch_size: int = 64,
              max_train_examples: int | None = None, bucketing: bool = True,
-             model_card: str | None = None, verbose: bool = True) -> "FinetuneResult":
+             model_card: str | None = None, verbose: bool = True,
+             task_options: dict | None = None) -> "FinetuneResult":
     """Fine-tunes `init` on `train`, keeping the epoch with the best `dev` score in `output`.
 
     Args:
         task: one of `TASKS` (`sst2 cola mrpc rte stsb qqp mnli qnli wnli squad squad2
-            conll2003 swag`).
+            conll2003 swag`, or on your own files `classify regress tag qa`: the labels
+            found in `train` are stored in the checkpoint).
         init: the checkpoint directory to start from (its encoder; a fresh task head).
         epochs, learning_rate, batch_size: the paper suggests 2–4, {5e-5, 3e-5, 2e-5},
             {16, 32}.
@@ -185,10 +190,12 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
             `False` shuffles freely. Either way each batch is padded to its longest row.
         model_card: MODEL_CARD.md text; default: a short generated one (an existing card in
             `output` is kept).
+        task_options: `get_task`'s column options (`text_column`, `text_pair_column`,
+            `label_column`) for the own-data tasks.
     Returns a `FinetuneResult`.
     """
     started = time.perf_counter()
-    spec = get_task(task)
+    spec = get_task(task, **(task_options or {}))
     if epochs < 1 or batch_size < 1 or learning_rate <= 0 or not 0 <= warmup < 1:
         raise ValueError("need epochs >= 1, batch_size >= 1, learning_rate > 0, 0 <= warmup < 1")
     if tune_null_threshold and spec.name != "squad2":
@@ -213,7 +220,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
     steps = int(dataset.cardinality()) * epochs
     model.compile(optimizer=create_optimizer("adamw", learning_rate, steps,
                                              int(round(warmup * steps)), weight_decay),
-                  **spec.losses(), jit_compile=jit_compile)
+                  jit_compile=jit_compile)     # the task model's loss and metrics
 
     settings = dict(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
                     warmup=warmup, max_seq_length=length, seed=seed, weight_decay=weight_decay,

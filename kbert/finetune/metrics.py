@@ -168,6 +168,13 @@ def f1(labels, predictions):
     return 100.0 * float(2 * tp / (2 * tp + wrong)) if tp + wrong else 0.0
 
 
+def macro_f1(labels, predictions):
+    """F1 averaged over the classes in the labels, each class counting the same."""
+    from sklearn.metrics import f1_score
+    return 100.0 * float(f1_score(labels, predictions, labels=np.unique(labels),
+                                  average="macro", zero_division=0))
+
+
 def mcc(labels, predictions):
     """Matthews correlation coefficient (CoLA), the multi-class form scikit-learn computes;
     0 when either side holds a single class.
@@ -212,8 +219,8 @@ def spearman(labels, predictions):
     return pearson(_ranks(labels), _ranks(predictions))
 
 
-GLUE_METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson,
-                "spearman": spearman}
+GLUE_METRICS = {"accuracy": accuracy, "f1": f1, "macro_f1": macro_f1, "mcc": mcc,
+                "pearson": pearson, "spearman": spearman}
 
 
 def glue_scores(metric_names, labels, predictions):

@@ -5,20 +5,26 @@ its loss and its official scores. `kbert.finetune` runs the same loop for all of
     squad, squad2    span head (start and end logits)           exact match and F1
     conll2003        tagger, each word's first piece            entity precision / recall / F1
     swag             one score per choice                       accuracy
+  your own files (`userdata.py`), labels found in the training file:
+    classify         CSV/TSV/JSONL, named columns, classifier   accuracy, macro F1
+    regress          CSV/TSV/JSONL, named columns, regressor    Pearson, Spearman
+    tag              CoNLL or JSONL tokens/tags, tagger         entity precision / recall / F1
+    qa               SQuAD JSON (v1.1 or v2.0), span head       exact match and F1
 
 Each task object has `read(path)`, `encode(tokenizer, data, max_seq_length, training,
-options)` → `Prepared`, `targets(prepared)` → what `fit` reads, `losses()` → `compile`
-arguments and `score(prepared, outputs, options, tune)` → (scores, head options to store).
+options)` → `Prepared`, `targets(prepared)` → what `fit` reads and `score(prepared, outputs,
+options, tune)` → (scores, head options to store). The loss and metrics are the task model's
+`compile()` defaults (`kbert.models`).
 """
 
 import dataclasses
 
-import keras
 import numpy as np
 
-from kbert.finetune import glue, ner, squad, squad_postprocess, swag
+from kbert.finetune import glue, ner, squad, squad_postprocess, swag, userdata
 
-TASKS = tuple(glue.TASKS) + ("squad", "squad2", "conll2003", "swag")
+OWN_DATA_TASKS = ("classify", "regress", "tag", "qa")
+TASKS = tuple(glue.TASKS) + ("squad", "squad2", "conll2003", "swag") + OWN_DATA_TASKS
 
 
 @dataclasses.dataclass
@@ -27,10 +33,6 @@ class Prepared:
     data: object       # the examples (a SquadData for SQuAD)
     features: dict     # input_ids, segment_ids, input_mask (+ labels) [N, ...]
     extra: object = None
-
-
-def _sparse_ce():
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 class GlueTask:
@@ -69,10 +71,6 @@ class GlueTask:
     def targets(self, prepared):
         return prepared.features, "label_ids", None
 
-    def losses(self):
-        loss = keras.losses.MeanSquaredError() if self.task.is_regression else _sparse_ce()
-        return {"loss": loss}
-
     def score(self, prepared, outputs, options, tune=False):
         return glue.evaluate_glue(self.task, prepared.data, outputs), options
 
@@ -108,11 +106,6 @@ class SquadTask:
         features = {k: f[k] for k in ("input_ids", "segment_ids", "input_mask")}
         features.update(start_logits=f["start_positions"], end_logits=f["end_positions"])
         return features, ("start_logits", "end_logits"), None
-
-    def losses(self):
-        # The paper's loss: the mean of the start and end cross-entropies.
-        return {"loss": {"start_logits": _sparse_ce(), "end_logits": _sparse_ce()},
-                "loss_weights": {"start_logits": 0.5, "end_logits": 0.5}}
 
     def score(self, prepared, outputs, options, tune=False):
         from kbert.finetune import metrics
@@ -164,10 +157,6 @@ class ConllTask:
         f["label_ids"] = np.maximum(f["label_ids"], 0)
         return f, "label_ids", "label_weights"
 
-    def losses(self):
-        return {"loss": keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction="mean_with_sample_weight")}
-
     def score(self, prepared, outputs, options, tune=False):
         tags = ner.predictions_to_tags(outputs, prepared.extra, options["labels"])
         return ner.evaluate_ner(prepared.data, tags), options
@@ -199,16 +188,105 @@ class SwagTask:
     def targets(self, prepared):
         return prepared.features, "label_ids", None
 
-    def losses(self):
-        return {"loss": _sparse_ce()}
-
     def score(self, prepared, outputs, options, tune=False):
         return swag.evaluate_swag(prepared.data, outputs), options
 
 
-def get_task(name):
-    """The task object for a TASK name (`sst2`, `squad2`, `conll2003`, ...)."""
+class TableTask(GlueTask):
+    """classify / regress: your own CSV, TSV or JSONL file with named columns."""
+
+    def __init__(self, name, text_column=None, text_pair_column=None, label_column=None):
+        self.name, self.regression = name, name == "regress"
+        self.columns = (text_column or "text", text_pair_column, label_column or "label")
+        self.metric = "pearson" if self.regression else "accuracy"
+        self.task = self._glue_task(())
+
+    def _glue_task(self, labels):
+        metrics = ("pearson", "spearman") if self.regression else ("accuracy", "macro_f1")
+        texts = tuple(c for c in self.columns[:2] if c)
+        return glue.GlueTask(self.name, "", texts, self.columns[2], tuple(labels), metrics)
+
+    def read(self, path):
+        return userdata.read_table(path, *self.columns, regression=self.regression)
+
+    def head_options(self, data):
+        if self.regression:
+            return {"task": self.name, "problem": "regression", "num_labels": 1}
+        labels = userdata.label_list(data)
+        if len(labels) < 2:
+            raise ValueError(f"{data[0].guid.rsplit(':', 1)[0]}: the training file has "
+                             f"{len(labels)} distinct label(s); classify needs at least 2")
+        return {"task": self.name, "problem": "classification", "labels": labels}
+
+    def check_options(self, options, where):
+        problem = "regression" if self.regression else "classification"
+        if options.get("problem", "classification") != problem:
+            raise ValueError(f"checkpoint {where}: its classifier head does "
+                             f"{options.get('problem', 'classification')}, not {problem}")
+        if not self.regression and not options.get("labels"):
+            raise ValueError(f"checkpoint {where}: its classifier head stores no labels")
+
+    def encode(self, tokenizer, data, max_seq_length, training, options):
+        labels = options.get("labels") or ()
+        for e in data:
+            if not self.regression and e.label is not None and e.label not in labels:
+                raise ValueError(f"{e.guid}: label {e.label!r} is not one of the model's "
+                                 f"labels ({', '.join(labels)})")
+        self.task = self._glue_task(labels)
+        return super().encode(tokenizer, data, max_seq_length, training, options)
+
+
+class TagTask(ConllTask):
+    """tag: your own CoNLL (word ... tag) or JSONL (tokens, tags) file; tags kept as given."""
+
+    def __init__(self, tokens_key=None, tags_key=None):
+        self.name, self.keys = "tag", (tokens_key or "tokens", tags_key or "tags")
+
+    def read(self, path):
+        return userdata.read_tagged(path, *self.keys)
+
+    def head_options(self, data):
+        return {"labels": ner.label_list(data)}
+
+    def encode(self, tokenizer, data, max_seq_length, training, options):
+        known = set(options["labels"])
+        for s in data:
+            for w, tag in enumerate(s.tags):
+                if tag not in known:
+                    raise ValueError(f"{s.where(w)}: tag {tag!r} is not one of the model's "
+                                     f"tags ({', '.join(options['labels'])})")
+        return super().encode(tokenizer, data, max_seq_length, training, options)
+
+
+class QaTask(SquadTask):
+    """qa: your own SQuAD-format JSON; v2.0 (no-answer questions) when the file says so."""
+
+    def __init__(self):
+        super().__init__("qa")
+
+    def head_options(self, data):
+        v2 = data.version.startswith("2") or any(e.is_impossible for e in data.examples)
+        return {"version": "2.0" if v2 else "1.1", "null_score_diff_threshold": 0.0}
+
+    def score(self, prepared, outputs, options, tune=False):
+        self.version_2 = str(options.get("version", "1.1")).startswith("2")
+        return super().score(prepared, outputs, options, tune)
+
+
+def get_task(name, text_column=None, text_pair_column=None, label_column=None):
+    """The task object for a TASK name (`sst2`, `squad2`, `conll2003`, `classify`, ...).
+
+    The column options are for the own-data tasks: `classify`/`regress` read `text_column`
+    (default "text"), `text_pair_column` and `label_column` ("label"); `tag` reads JSONL keys
+    `text_column` ("tokens") and `label_column` ("tags").
+    """
     key = str(name).lower()
+    if key in ("classify", "regress"):
+        return TableTask(key, text_column, text_pair_column, label_column)
+    if key == "tag":
+        return TagTask(text_column, label_column)
+    if key == "qa":
+        return QaTask()
     if key in ("squad", "squad2"):
         return SquadTask(key)
     if key == "conll2003":

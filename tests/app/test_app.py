@@ -29,13 +29,22 @@ def _free_port():
         return s.getsockname()[1]
 
 
+CLASSES = ["negative", "neutral", "positive"]
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
 def _tiny(path, kind, **head_options):
     import kbert
     from kbert import BertConfig, checkpoint
     max_len = 64 if kind == "mlm" else 128   # short enough to test truncation cheaply
     config = BertConfig.preset("tiny", vocab_size=120, max_position_embeddings=max_len)
-    model = kbert.BertPretrainer(config) if kind == "mlm" else kbert.BertQuestionAnswerer(config)
-    checkpoint.save(path, model, vocab=tiny_vocab(size=120), head_options=head_options)
+    model = {"mlm": lambda: kbert.BertPretrainer(config),
+             "span": lambda: kbert.BertQuestionAnswerer(config),
+             "classifier": lambda: kbert.BertClassifier(config, num_labels=len(CLASSES)),
+             "tagger": lambda: kbert.BertTokenClassifier(config, num_labels=len(TAGS))}[kind]()
+    options = {"classifier": {"classifier": {"labels": CLASSES}},
+               "tagger": {"tagger": {"labels": TAGS}}}.get(kind, head_options)
+    checkpoint.save(path, model, vocab=tiny_vocab(size=120), head_options=options)
     return str(path)
 
 
@@ -50,10 +59,14 @@ def served(tmp_path_factory):
         extra.append(_tiny(tmp / "tiny-mlm-nsp", "mlm"))
     if not any("span" in i["heads"] for i in shipped.values()):
         extra.append(_tiny(tmp / "tiny-squad2", "span", span={"version": "2.0"}))
+    for head in ("classifier", "tagger"):
+        if not any(head in i["heads"] for i in shipped.values()):
+            extra.append(_tiny(tmp / f"tiny-{head}", head))
     port = _free_port()
     demo, registry = server.serve(extra, REPO / "saved_models", port=port, preload=True,
                                   block=False)
-    names = {head: registry.with_head(head)[0] for head in ("mlm", "nsp", "span")}
+    names = {head: registry.with_head(head)[0]
+             for head in ("mlm", "nsp", "span", "classifier", "tagger")}
     yield f"http://127.0.0.1:{port}/", names, registry
     demo.close()
 
@@ -117,6 +130,41 @@ def test_answer_api(served, client):
     assert "overlapping windows" in out[-1] and out[0]
 
 
+def test_classify_api(served, client):
+    _, names, registry = served
+    label, score, notice = client.predict(names["classifier"], "the dog sat on the mat .", "",
+                                          api_name="/classify")
+    confidences = {c["label"]: c["confidence"] for c in label["confidences"]}
+    expected = registry.get(names["classifier"]).classify("the dog sat on the mat .")
+    assert set(confidences) == set(expected) and notice == "" and score is None
+    for name, p in expected.items():
+        assert confidences[name] == pytest.approx(p, abs=1e-6)
+    assert label["label"] == max(expected, key=expected.get)
+
+
+def test_entities_api(served, client):
+    _, names, registry = served
+    text = "the man went to paris ."
+    spans, table, notice = client.predict(names["tagger"], text, api_name="/entities")
+    assert "".join(s["token"] for s in spans) == text and notice == ""
+    expected = registry.get(names["tagger"]).tag(text)
+    assert [row[:2] for row in table["data"]] == [[e["text"], e["label"]] for e in expected]
+    for e in expected:
+        assert text[e["start"]:e["end"]] == e["text"]
+
+
+def test_each_tab_defaults_to_a_checkpoint_with_its_head(served):
+    from app import handlers
+    _, names, registry = served
+    for tab, head in handlers.TAB_HEAD.items():
+        for current in registry.names:
+            chosen = handlers.default_model(registry, tab)(current)
+            assert head in registry.info(chosen)["heads"]
+            if head in registry.info(current)["heads"]:
+                assert chosen == current          # a fitting choice is kept
+    assert handlers.default_model(registry, "attention")(names["span"]) == names["span"]
+
+
 @pytest.mark.parametrize("text, expected", [
     ("   ", "is empty"),
     ("no mask at all", "has no [MASK]"),
@@ -162,7 +210,14 @@ def test_every_tab_runs_on_this_backend(tmp_path):
     from app.registry import Registry, discover
     _tiny(tmp_path / "mlm", "mlm")
     _tiny(tmp_path / "qa", "span")
+    _tiny(tmp_path / "clf", "classifier")
+    _tiny(tmp_path / "ner", "tagger")
     registry = Registry(discover(tmp_path))
+    scores = inference.classify(registry, "clf", "the dog sat .", "a cat .")["scores"]
+    assert list(scores) == sorted(scores, key=scores.get, reverse=True)
+    assert set(scores) == set(CLASSES) and abs(sum(scores.values()) - 1) < 1e-5
+    for e in inference.entities(registry, "ner", "the man went to paris")["entities"]:
+        assert e["label"] in ("PER", "LOC") and 0 <= e["start"] < e["end"]
     masks = inference.fill_mask(registry, "mlm", "the [MASK] sat on the [MASK] .", 3)["masks"]
     assert [len(r) for r in masks] == [3, 3]
     assert 0 <= inference.next_sentence(registry, "mlm", "a dog .", "a cat .")["is_next"] <= 1
@@ -218,7 +273,10 @@ def test_tabs_in_a_headless_browser(served):
         page.set_default_timeout(30_000)
         page.goto(url)
 
-        _pick_model(page, names["mlm"])
+        # Every tab's main button works without touching the model picker: each tab starts on
+        # a checkpoint that has its head.
+        picker = page.locator("#model input")
+        expect(picker).to_have_value(names["mlm"])
         page.locator("#fill-text textarea").fill("The man went to the store to buy milk.")
         page.locator("#fill-word input").click()
         page.get_by_role("option", name="store (word 6)").click()
@@ -231,19 +289,37 @@ def test_tabs_in_a_headless_browser(served):
         page.screenshot(path=ARTIFACTS / "fill_mask.png", full_page=True)
 
         page.get_by_role("tab", name="Next sentence").click()
+        expect(picker).to_have_value(registry.default("nsp", names["mlm"]))
         page.locator("#nsp-random").click()
         page.locator("#nsp-run").click()
         expect(page.locator("#nsp-prob input")).to_have_value(re.compile(r"^0?\.\d|^1"))
         page.screenshot(path=ARTIFACTS / "next_sentence.png", full_page=True)
 
         page.get_by_role("tab", name="Question answering").click()
-        _pick_model(page, names["span"])
+        expect(picker).to_have_value(names["span"])
         page.locator("#qa-question textarea").fill("Where is the Eiffel Tower?")
         page.locator("#qa-context textarea").fill(EIFFEL)
         page.locator("#qa-run").click()
         expect(page.locator("#qa-answer textarea")).not_to_have_value("")
         expect(page.locator("#qa-highlight")).to_contain_text("Champ de Mars")
+        expect(page.locator("#qa-message")).not_to_contain_text("has no")
         page.screenshot(path=ARTIFACTS / "question_answering.png", full_page=True)
+
+        page.get_by_role("tab", name="Classify").click()
+        expect(picker).to_have_value(names["classifier"])
+        page.locator("#classify-run").click()
+        labels = registry.get(names["classifier"]).checkpoint.head_options["classifier"]
+        expect(page.locator("#classify-label")).to_contain_text(
+            re.compile("|".join(map(re.escape, labels.get("labels") or ["LABEL_"]))))
+        expect(page.locator("#classify-message")).not_to_contain_text("⚠️")
+        page.screenshot(path=ARTIFACTS / "classify.png", full_page=True)
+
+        page.get_by_role("tab", name="Entities").click()
+        expect(picker).to_have_value(names["tagger"])
+        page.locator("#entities-run").click()
+        expect(page.locator("#entities-highlight")).to_contain_text("Eiffel")
+        expect(page.locator("#entities-message")).not_to_contain_text("⚠️")
+        page.screenshot(path=ARTIFACTS / "entities.png", full_page=True)
 
         page.get_by_role("tab", name="Attention").click()
         page.locator("#att-run").click()
@@ -251,9 +327,11 @@ def test_tabs_in_a_headless_browser(served):
         expect(page.locator("#att-tokens")).to_contain_text("[CLS]")
         page.screenshot(path=ARTIFACTS / "attention.png", full_page=True)
 
-        if "mlm" not in registry.info(names["span"])["heads"]:   # the fill tab says why not
+        if "mlm" not in registry.info(names["span"])["heads"]:
             page.get_by_role("tab", name="Fill mask").click()
+            expect(picker).to_have_value(names["mlm"])      # back on a model with the head
+            _pick_model(page, names["span"])                # a pick by hand is kept ...
             expect(page.get_by_text("has no masked-LM (fill-mask) head")).to_be_visible()
-            page.locator("#fill-run").click()
+            page.locator("#fill-run").click()               # ... and the tab says why not
             expect(page.locator("#fill-message")).to_contain_text("has no masked-LM")
         browser.close()

@@ -136,3 +136,44 @@ def test_keras_save_and_load_give_identical_outputs(tmp_path):
     for key in ("mlm_logits", "nsp_logits"):
         np.testing.assert_array_equal(ops.convert_to_numpy(before[key]),
                                       ops.convert_to_numpy(after[key]))
+
+
+def _task_batch(cls, n=16, t=12):
+    """Features and targets for a task model, learnable from the first token."""
+    x = random_inputs(n, t, 120, seed=1)
+    first = x["input_ids"][:, 1] % 2
+    if cls is kbert.BertMultipleChoice:         # the right choice has token 7 at position 1
+        marked = dict(x, input_ids=x["input_ids"].copy())
+        marked["input_ids"][:, 1] = 7
+        pick = first.astype(bool)[:, None]
+        x = {k: np.stack([np.where(pick, x[k], marked[k]), np.where(pick, marked[k], x[k])], 1)
+             for k in x}                                                   # [n, 2, t]
+        return x, first
+    if cls is kbert.BertQuestionAnswerer:
+        return x, {"start_logits": first + 1, "end_logits": first + 2}
+    if cls is kbert.BertTokenClassifier:
+        return x, np.repeat(first[:, None], t, 1)
+    return x, first
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("cls", [kbert.BertClassifier, kbert.BertTokenClassifier,
+                                 kbert.BertQuestionAnswerer, kbert.BertMultipleChoice])
+def test_compile_without_arguments_trains_every_task_model(cls):
+    model = cls(BertConfig.preset("tiny", **TINY))
+    model.compile(learning_rate=3e-3, warmup=0.25)
+    x, y = _task_batch(cls)
+    history = model.fit(x, y, batch_size=8, epochs=8, verbose=0).history
+    assert history["loss"][-1] < history["loss"][0]
+    schedule = model.optimizer._learning_rate      # set by fit: 2 batches x 8 epochs
+    assert (schedule.total_steps, schedule.warmup_steps) == (16, 4)
+    assert any(k.endswith("accuracy") for k in history)
+
+
+@pytest.mark.parametrize("cls", [kbert.BertPretrainer, kbert.BertClassifier,
+                                 kbert.BertTokenClassifier, kbert.BertQuestionAnswerer,
+                                 kbert.BertMultipleChoice])
+def test_task_models_round_trip_their_config(cls):
+    model = cls(BertConfig.preset("tiny", **TINY))
+    again = cls.from_config(model.get_config())
+    assert type(again) is cls and again.get_config() == model.get_config()

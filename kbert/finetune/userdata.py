@@ -1,0 +1,176 @@
+"""Your own files for `kbert finetune classify|regress|tag|qa` (QA reads SQuAD JSON: `squad.py`).
+
+    read_table(path, text_column, text_pair_column, label_column)   CSV, TSV or JSONL rows with
+        named columns → `glue.GlueExample`s whose `guid` is "FILE:LINE"
+    read_tagged(path, tokens_key, tags_key)   CoNLL (word ... tag, blank line between sentences)
+        or JSONL ({"tokens": [...], "tags": [...]}) → `TaggedSentence`s
+    label_list(examples)   the labels found in a file, sorted (by value when all are numbers)
+
+The format follows the extension: `.csv`, `.tsv`, `.jsonl` (or `.json` with one object a line);
+for tagging `.jsonl` or anything else as CoNLL. A bad row raises `ValueError("FILE:LINE: ...")`.
+
+Example:
+>>> import tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "reviews.csv")
+>>> _ = open(path, "w").write('text,label\\n"great, really",pos\\ndull,neg\\n')
+>>> [(e.guid.rsplit(":", 1)[1], e.text_a, e.label) for e in read_table(path, "text")]
+[('2', 'great, really', 'pos'), ('3', 'dull', 'neg')]
+"""
+
+import csv
+import dataclasses
+import json
+import os
+
+from kbert.finetune import glue, ner
+
+TABLE_FORMATS = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".jsonl": None, ".json": None,
+                 ".ndjson": None}
+
+
+def _format(path):
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"file not found: {path}")
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in TABLE_FORMATS:
+        raise ValueError(f"{path}: unknown format {ext or '(no extension)'}; use .csv, .tsv or "
+                         ".jsonl")
+    return TABLE_FORMATS[ext]
+
+
+def _json_rows(path):
+    """(line number, object) for each non-blank line of a JSONL file."""
+    with open(path, encoding="utf-8-sig") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{number}: invalid JSON: {e.msg}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, found "
+                                 f"{type(row).__name__}")
+            yield number, row
+
+
+def _delimited_rows(path, delimiter):
+    """(line number, {column: value}) for each non-blank row of a CSV/TSV file with a header."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        header = next(reader, None)
+        if not header:
+            raise ValueError(f"{path}:1: the file is empty (a header row is needed)")
+        start = reader.line_num
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                start = reader.line_num
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"{path}:{start + 1}: expected {len(header)} fields (the "
+                                 f"header's), found {len(row)}")
+            yield start + 1, dict(zip(header, row))
+            start = reader.line_num
+
+
+def read_table(path, text_column="text", text_pair_column=None, label_column="label",
+               regression=False):
+    """Examples of a CSV, TSV or JSONL file; a row without its label gives `label=None`
+    only when the whole file has no label column (a file to predict on)."""
+    delimiter = _format(path)
+    rows = _json_rows(path) if delimiter is None else _delimited_rows(path, delimiter)
+    examples, has_label = [], None
+    for number, row in rows:
+        where = f"{path}:{number}"
+        texts = []
+        for column in (text_column, text_pair_column):
+            if column is None:
+                continue
+            value = row.get(column)
+            if not isinstance(value, str):
+                found = "missing" if value is None else f"a {type(value).__name__}"
+                raise ValueError(f"{where}: column {column!r} is {found}, not text "
+                                 f"(columns: {', '.join(row)})")
+            if not value.strip():
+                raise ValueError(f"{where}: column {column!r} is empty")
+            texts.append(value)
+        label = row.get(label_column) if label_column else None
+        if has_label is None:
+            has_label = label is not None
+        if has_label != (label is not None):
+            raise ValueError(f"{where}: no {label_column!r} column" if has_label else
+                             f"{where}: a label where the first row has none")
+        if label is not None:
+            label = _label(label, regression, label_column, where)
+        examples.append(glue.GlueExample(where, texts[0], texts[1] if len(texts) > 1 else None,
+                                         label))
+    if not examples:
+        raise ValueError(f"{path}: no rows")
+    return examples
+
+
+def _label(value, regression, column, where):
+    if regression:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: {column} {value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value).strip() == "":
+        raise ValueError(f"{where}: {column} {value!r} is not a class label")
+    return str(value)
+
+
+def label_list(examples):
+    """The distinct labels, sorted; numerically when every label is an integer."""
+    found = {e.label for e in examples if e.label is not None}
+    try:
+        return sorted(found, key=int)
+    except ValueError:
+        return sorted(found)
+
+
+@dataclasses.dataclass
+class TaggedSentence(ner.Sentence):
+    path: str = ""
+    jsonl: bool = False
+
+    def where(self, word=0):
+        """FILE:LINE of a word (CoNLL: its own line; JSONL: the sentence's line)."""
+        return f"{self.path}:{self.line + (0 if self.jsonl else word)}"
+
+
+def read_tagged(path, tokens_key="tokens", tags_key="tags"):
+    """Sentences of a JSONL file of {tokens, tags} or of a CoNLL file (word ... tag)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"file not found: {path}")
+    if os.path.splitext(path)[1].lower() in (".jsonl", ".json", ".ndjson"):
+        out = []
+        for number, row in _json_rows(path):
+            where = f"{path}:{number}"
+            words, tags = row.get(tokens_key), row.get(tags_key)
+            for key, value in ((tokens_key, words), (tags_key, tags)):
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ValueError(f"{where}: {key!r} should be a list of strings")
+            if len(words) != len(tags):
+                raise ValueError(f"{where}: {len(words)} tokens but {len(tags)} tags")
+            if not words:
+                continue
+            for tag in tags:
+                ner._check_tag(tag, where)
+            out.append(TaggedSentence(words, tags, number, path=path, jsonl=True))
+        return out
+    return [TaggedSentence(s.words, s.tags, s.line, s.columns, path=path)
+            for s in ner.read_conll(path, columns=_conll_columns(path))]
+
+
+def _conll_columns(path):
+    """The number of space-separated columns of the first word line (2: `word tag`)."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            parts = line.split()
+            if parts and parts[0] != "-DOCSTART-":
+                if len(parts) < 2:
+                    raise ValueError(f"{path}:{number}: expected `word ... tag`, found one "
+                                     "column")
+                return len(parts)
+    raise ValueError(f"{path}: no tagged words")

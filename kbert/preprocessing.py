@@ -1,0 +1,437 @@
+"""Preprocessing layers: raw text in, BERT features out, inside `tf.data` on every backend.
+
+    BertPreprocessor                   texts, or pairs `(texts_a, texts_b)` → [CLS] A [SEP] B [SEP]
+    BertMultipleChoicePreprocessor     `(contexts, endings [B, C])` → features [B, C, T]
+    BertTokenClassifierPreprocessor    word lists (+ tag lists) → each word's tag on its first piece
+    BertQuestionAnswererPreprocessor   `(questions, contexts)` (+ `(answer_starts, answer_texts)`)
+
+Each is a Keras layer: `preprocessor(x, y=None, sample_weight=None)` returns what
+`keras.utils.pack_x_y_sample_weight` returns — `(features, y, sample_weight)`, or the
+features alone without labels — so
+`dataset.map(preprocessor)` runs it in the `tf.data` pipeline whichever backend trains, as
+keras-hub's preprocessors do. Text pairs travel as a tuple. Sentence(-pair) and multiple-choice
+packing are TensorFlow ops (`kbert.serving.graph_ops.pack`, the graph twin of `Tokenizer.pack`:
+the longer side is cut first, as in the paper's code); tagging and QA run `kbert.finetune.ner` /
+`kbert.finetune.squad`'s encoders in a `tf.py_function`. Every batch is padded to its own longest
+row (rounded up to `pad_to_multiple_of`, so a compiled step sees few shapes).
+
+A task model built by `from_checkpoint` carries its preprocessor (`model.preprocessor`), and its
+`fit`, `evaluate` and `predict` then take raw inputs; `dataset(x, y)` is the pipeline they use.
+
+Example:
+>>> from kbert.tokenizer import Tokenizer
+>>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "film", "bad"]
+>>> p = BertPreprocessor(vocab, labels=["neg", "pos"], pad_to_multiple_of=1)
+>>> x, y = p(["good film", "bad"], ["pos", "neg"])
+>>> x["input_ids"].numpy().tolist(), y.numpy().tolist()
+([[2, 5, 6, 3], [2, 7, 3, 0]], [1, 0])
+>>> p((["good"], ["bad film"]))["segment_ids"].numpy().tolist()
+[[0, 0, 0, 1, 1, 1]]
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kbert import checkpoint as checkpoint_lib
+from kbert.finetune import ner, squad
+from kbert.serving.graph_ops import pack
+from kbert.tokenizer import Tokenizer
+
+PAD_TO_MULTIPLE = 16
+
+
+class BertPreprocessor(keras.layers.Layer):
+    """Texts or text pairs → `input_ids`, `segment_ids`, `input_mask`; labels passed through.
+
+    Args:
+        vocab: a `vocab.txt` path or a list of tokens.
+        lower_case: the vocabulary is uncased.
+        max_seq_length: tokens per example, `[CLS]` and `[SEP]`s included.
+        labels: label names in id order; string labels given to `fit` become their ids.
+        pad_to_multiple_of: round each batch's width up to a multiple of this.
+    """
+
+    def __init__(self, vocab: list | str, lower_case: bool = True, max_seq_length: int = 128,
+                 labels: list | None = None, pad_to_multiple_of: int = PAD_TO_MULTIPLE,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.tokenizer = Tokenizer(vocab, lower_case=lower_case)
+        self.max_seq_length = int(max_seq_length)
+        self.labels = list(labels) if labels else None
+        self.pad_to_multiple_of = max(1, int(pad_to_multiple_of))
+        self._label_table = None
+        if self.labels:
+            self._label_table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                tf.constant(self.labels), tf.range(len(self.labels), dtype=tf.int32)), -1)
+        self.built = True
+
+    def __call__(self, x, y=None, sample_weight=None):
+        # TensorFlow in, TensorFlow out on every backend: Keras' conversion of the inputs to
+        # backend tensors (no strings on JAX or PyTorch) is skipped.
+        return self.call(x, y, sample_weight)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab": self.tokenizer.vocab,
+                "lower_case": self.tokenizer.lower_case, "max_seq_length": self.max_seq_length,
+                "labels": self.labels, "pad_to_multiple_of": self.pad_to_multiple_of}
+
+    @property
+    def special(self):
+        t = self.tokenizer
+        return t.cls_id, t.sep_id, t.pad_id
+
+    # --- the layer -------------------------------------------------------------------------
+    def _tokenize(self, texts):
+        return self.tokenizer.tokenize(tf.reshape(tf.convert_to_tensor(texts, tf.string), [-1]))
+
+    def _pack(self, first, second=None):
+        features = pack(self.special, self._tokenize(first),
+                        None if second is None else self._tokenize(second), self.max_seq_length)
+        return pad_to_multiple(features, self.pad_to_multiple_of, self.max_seq_length,
+                               self.tokenizer.pad_id)
+
+    def _label_ids(self, y):
+        if y is None or not isinstance(y, (tf.Tensor, np.ndarray, list)):
+            return y
+        y = tf.convert_to_tensor(y)
+        if y.dtype != tf.string:
+            return y
+        if self._label_table is None:
+            raise ValueError("string labels need the preprocessor's `labels`")
+        ids = self._label_table.lookup(y)
+        tf.debugging.assert_non_negative(ids, message=f"a label is not one of {self.labels}")
+        return ids
+
+    def call(self, x, y=None, sample_weight=None):
+        first, second = x if isinstance(x, tuple) else (x, None)
+        return keras.utils.pack_x_y_sample_weight(self._pack(first, second),
+                                                  self._label_ids(y), sample_weight)
+
+    # --- the input pipeline ----------------------------------------------------------------
+    def check(self, x, y=None, sample_weight=None):
+        """Raises ValueError naming the example when raw inputs cannot be encoded."""
+        first, second = x if isinstance(x, tuple) else (x, None)
+        _check_lengths(first, second, y, sample_weight)
+        if y is not None and self.labels and _all_strings(y):
+            for i, label in enumerate(y):
+                if label not in self.labels:
+                    raise ValueError(f"example {i}: label {label!r} is not one of "
+                                     f"{', '.join(self.labels)}")
+
+    def dataset(self, x, y=None, sample_weight=None, batch_size: int = 32,
+                shuffle: bool = False, seed: int | None = None) -> tf.data.Dataset:
+        """Raw inputs (lists or arrays) → a `tf.data.Dataset` of model batches."""
+        self.check(x, y, sample_weight)
+        data = keras.utils.pack_x_y_sample_weight(_to_tf(x), _to_tf(y), _to_tf(sample_weight))
+        ds = tf.data.Dataset.from_tensor_slices(data)
+        if shuffle:
+            ds = ds.shuffle(int(ds.cardinality()), seed=seed, reshuffle_each_iteration=True)
+        return ds.batch(batch_size).map(lambda *e: self(*e)).prefetch(tf.data.AUTOTUNE)
+
+    def adapt_inputs(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+        """What `fit`/`evaluate`/`predict` get: raw inputs become `dataset(...)`, a dataset of
+        raw inputs gets this layer mapped over it, features pass unchanged.
+
+        Returns (x, y, sample_weight, batch_size)."""
+        if isinstance(x, tf.data.Dataset):
+            if any(s.dtype == tf.string for s in tf.nest.flatten(x.element_spec)):
+                x = x.map(lambda *e: self(*e))   # elements (x,), (x, y) or (x, y, w)
+            return x, y, sample_weight, batch_size
+        if x is None or _is_features(x):
+            return x, y, sample_weight, batch_size
+        ds = self.dataset(x, y, sample_weight, batch_size or 32, shuffle=shuffle)
+        return ds, None, None, None
+
+
+class BertMultipleChoicePreprocessor(BertPreprocessor):
+    """`(contexts [B], endings [B, C])` → features [B, C, T]: each choice is the pair
+    `[CLS] context [SEP] ending [SEP]` (SWAG's `sent2 + ending` is one ending here)."""
+
+    def call(self, x, y=None, sample_weight=None):
+        contexts, endings = x
+        endings = tf.convert_to_tensor(endings, tf.string)
+        batch, choices = tf.shape(endings)[0], tf.shape(endings)[1]
+        flat = self._pack(tf.repeat(tf.reshape(contexts, [-1]), choices),
+                          tf.reshape(endings, [-1]))
+        features = {k: tf.reshape(v, [batch, choices, -1]) for k, v in flat.items()}
+        return keras.utils.pack_x_y_sample_weight(features, self._label_ids(y), sample_weight)
+
+    def check(self, x, y=None, sample_weight=None):
+        if not isinstance(x, tuple) or len(x) != 2:
+            raise ValueError("multiple choice takes x=(contexts, endings)")
+        widths = {len(e) for e in x[1]}
+        if len(widths) > 1:
+            raise ValueError(f"every example needs the same number of endings; found {widths}")
+        _check_lengths(x[0], x[1], y, sample_weight)
+
+
+class BertTokenClassifierPreprocessor(BertPreprocessor):
+    """Word lists (+ tag lists) → features with each word's tag id on its first WordPiece.
+
+    As in `kbert.finetune.ner` (whose `encode_ner` this runs): the other pieces, `[CLS]`,
+    `[SEP]` and padding get label 0 and sample weight 0, so the loss and the accuracy count
+    each word once. Tags are label names (or their ids); `labels` is required.
+    """
+
+    def __init__(self, vocab, lower_case=True, max_seq_length=128, labels=None, **kwargs):
+        if not labels:
+            raise ValueError("token classification needs `labels` (the tag names, 'O' first)")
+        super().__init__(vocab, lower_case, max_seq_length, labels, **kwargs)
+
+    def _encode(self, words, splits, tags, has_tags):
+        words = [w.decode("utf-8") for w in words.numpy()]
+        tags = tags.numpy()
+        if bool(has_tags.numpy()):
+            tags = [t.decode("utf-8") if isinstance(t, bytes) else self.labels[int(t)]
+                    for t in tags]
+        else:
+            tags = [self.labels[0]] * len(words)
+        bounds = splits.numpy()
+        sentences = [ner.Sentence(words[a:b], tags[a:b], line=i + 1)
+                     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        f = ner.encode_ner(self.tokenizer, sentences, self.labels, self.max_seq_length).features
+        f = pad_to_multiple(f, self.pad_to_multiple_of, self.max_seq_length,
+                            self.tokenizer.pad_id)
+        return (f["input_ids"], f["segment_ids"], f["input_mask"],
+                np.maximum(f["label_ids"], 0), f["label_weights"])
+
+    def call(self, x, y=None, sample_weight=None):
+        words = _ragged(x, tf.string)
+        tags = _ragged(y) if y is not None else tf.RaggedTensor.from_row_splits(
+            tf.zeros_like(words.flat_values, tf.int32), words.row_splits)
+        out = tf.py_function(
+            self._encode, [words.flat_values, words.row_splits, tags.flat_values,
+                           tf.constant(y is not None)],
+            [tf.int32, tf.int32, tf.int32, tf.int32, tf.float32])
+        for t in out:
+            t.set_shape([None, None])
+        features = dict(zip(("input_ids", "segment_ids", "input_mask"), out[:3]))
+        if y is None:
+            return features
+        weights = out[4]
+        if sample_weight is not None:
+            weights *= tf.cast(tf.reshape(sample_weight, [-1, 1]), tf.float32)
+        return features, out[3], weights
+
+    def check(self, x, y=None, sample_weight=None):
+        _check_lengths(x, y, sample_weight)
+        for i, words in enumerate(x):
+            if isinstance(words, str):
+                raise ValueError(f"example {i}: token classification takes lists of words, "
+                                 "not strings")
+            if y is not None and len(y[i]) != len(words):
+                raise ValueError(f"example {i}: {len(words)} words but {len(y[i])} tags")
+            for tag in (y[i] if y is not None else []):
+                if isinstance(tag, str) and tag not in self.labels:
+                    raise ValueError(f"example {i}: tag {tag!r} is not one of "
+                                     f"{', '.join(self.labels)}")
+
+
+class BertQuestionAnswererPreprocessor(BertPreprocessor):
+    """`(questions, contexts)` (+ `(answer_starts, answer_texts)`) → SQuAD windows.
+
+    `kbert.finetune.squad.encode_squad` makes the features: `[CLS] question [SEP] window
+    [SEP]`, windows `doc_stride` tokens apart, so one long context gives several rows (a
+    window without the answer, and an answer text "" — no answer, SQuAD 2.0 — point at
+    `[CLS]`). Targets are `{"start_logits", "end_logits"}` token positions.
+    """
+
+    def __init__(self, vocab, lower_case=True, max_seq_length=384, labels=None,
+                 doc_stride: int = squad.DOC_STRIDE,
+                 max_query_length: int = squad.MAX_QUERY_LENGTH, **kwargs):
+        super().__init__(vocab, lower_case, max_seq_length, None, **kwargs)
+        self.doc_stride, self.max_query_length = int(doc_stride), int(max_query_length)
+
+    def get_config(self):
+        return {**super().get_config(), "doc_stride": self.doc_stride,
+                "max_query_length": self.max_query_length}
+
+    def _encode(self, questions, contexts, starts, texts, has_answers):
+        training = bool(has_answers.numpy())
+        examples = []
+        for i, (q, c) in enumerate(zip(questions.numpy(), contexts.numpy())):
+            example = squad.SquadExample(str(i), q.decode("utf-8"), c.decode("utf-8"), [])
+            if training:
+                text = texts.numpy()[i].decode("utf-8")
+                example.is_impossible = not text
+                if text:
+                    example.answer_text, example.answer_start = text, int(starts.numpy()[i])
+            examples.append(example)
+        f = squad.encode_squad(self.tokenizer, examples, training, self.max_seq_length,
+                               self.doc_stride, self.max_query_length).features
+        f = pad_to_multiple(f, self.pad_to_multiple_of, self.max_seq_length,
+                            self.tokenizer.pad_id)
+        zeros = np.zeros(len(f["input_ids"]), "int32")
+        return (f["input_ids"], f["segment_ids"], f["input_mask"],
+                f.get("start_positions", zeros), f.get("end_positions", zeros))
+
+    def call(self, x, y=None, sample_weight=None):
+        if sample_weight is not None:
+            raise ValueError("question answering takes no sample_weight (a context may give "
+                             "several windows)")
+        questions, contexts = (tf.reshape(tf.convert_to_tensor(t, tf.string), [-1]) for t in x)
+        starts, texts = y if y is not None else (tf.zeros_like(questions, tf.int32),
+                                                 tf.zeros_like(questions))
+        out = tf.py_function(
+            self._encode, [questions, contexts, tf.cast(starts, tf.int32),
+                           tf.convert_to_tensor(texts, tf.string), tf.constant(y is not None)],
+            [tf.int32] * 5)
+        for t in out[:3]:
+            t.set_shape([None, None])
+        for t in out[3:]:
+            t.set_shape([None])
+        features = dict(zip(("input_ids", "segment_ids", "input_mask"), out[:3]))
+        if y is None:
+            return features
+        return features, {"start_logits": out[3], "end_logits": out[4]}
+
+    def check(self, x, y=None, sample_weight=None):
+        if not isinstance(x, tuple) or len(x) != 2:
+            raise ValueError("question answering takes x=(questions, contexts)")
+        _check_lengths(x[0], x[1], *(y or ()))
+        for i, (start, text) in enumerate(zip(*y) if y is not None else ()):
+            if text and x[1][i][int(start):int(start) + len(text)] != text:
+                raise ValueError(f"example {i}: the context at {start} is not the answer "
+                                 f"{text!r}")
+
+
+PREPROCESSORS = {"classifier": BertPreprocessor, "tagger": BertTokenClassifierPreprocessor,
+                 "span": BertQuestionAnswererPreprocessor,
+                 "choice": BertMultipleChoicePreprocessor}
+
+
+# --- helpers -----------------------------------------------------------------------------------
+def pad_to_multiple(features, multiple, max_width, pad_id):
+    """Pads [.., T] features on the right to a multiple of `multiple` (at most `max_width`)."""
+    if multiple <= 1:
+        return features
+    as_numpy = isinstance(features["input_ids"], np.ndarray)
+    width = np.shape(features["input_ids"])[-1] if as_numpy else tf.shape(
+        features["input_ids"])[-1]
+    target = (width + multiple - 1) // multiple * multiple
+    target = min(target, max(max_width, width)) if as_numpy else tf.minimum(
+        target, tf.maximum(max_width, width))
+    out = {}
+    for key, value in features.items():
+        fill = pad_id if key == "input_ids" else (-100 if key == "label_ids" else 0)
+        rank = len(np.shape(value)) if as_numpy else value.shape.rank
+        if rank < 2:
+            out[key] = value
+            continue
+        pads = [[0, 0]] * (rank - 1) + [[0, target - width]]
+        out[key] = (np.pad(value, pads, constant_values=fill) if as_numpy
+                    else tf.pad(value, pads, constant_values=tf.cast(fill, value.dtype)))
+    return out
+
+
+def _ragged(values, dtype=None):
+    if isinstance(values, tf.RaggedTensor):
+        return values
+    values = tf.convert_to_tensor(values, dtype)
+    return tf.RaggedTensor.from_tensor(values)
+
+
+def _all_strings(values):
+    return all(isinstance(v, (str, bytes)) for v in values)
+
+
+def _check_lengths(*columns):
+    sizes = {len(c) for c in columns if c is not None}
+    if len(sizes) > 1:
+        raise ValueError(f"inputs and labels have different numbers of examples: {sorted(sizes)}")
+
+
+def _is_features(x):
+    if isinstance(x, dict):
+        return "input_ids" in x
+    return isinstance(x, np.ndarray) and x.dtype.kind in "iu"
+
+
+def _to_tf(value):
+    """Lists (ragged ones included) → tensors; tuples stay structure, as in tf.data."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return tuple(_to_tf(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_tf(v) for k, v in value.items()}
+    if isinstance(value, (tf.Tensor, tf.RaggedTensor)):
+        return value
+    if len(value) and isinstance(value[0], (list, tuple, np.ndarray)) and \
+            len({len(v) for v in value}) > 1:
+        return tf.ragged.constant([list(v) for v in value])
+    array = np.asarray(value)
+    if array.dtype.kind in "US" or array.dtype == object:
+        return tf.constant(array.astype(str) if array.dtype.kind != "S" else array)
+    if array.dtype == np.float64:
+        array = array.astype("float32")
+    elif array.dtype == np.int64:
+        array = array.astype("int32")
+    return tf.constant(array)
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+def head_options_for(head, labels=None, num_labels=None, version_2=False):
+    """The options a new head of kind `head` stores in config.json."""
+    if head == "classifier":
+        if labels:
+            return {"problem": "classification", "labels": list(labels)}
+        if num_labels == 1:
+            return {"problem": "regression", "num_labels": 1}
+        return {"problem": "classification", "num_labels": int(num_labels or 2)}
+    if head == "tagger":
+        if not labels:
+            raise ValueError("a token classifier needs `labels` (the tag names, 'O' first)")
+        return {"labels": list(labels)}
+    if head == "span":
+        return {"version": "2.0" if version_2 else "1.1", "null_score_diff_threshold": 0.0}
+    return {}
+
+
+def task_from_checkpoint(cls, path, num_labels=None, labels=None, max_seq_length=None,
+                         version_2=False, **preprocessor_options):
+    """A task model of class `cls` on checkpoint `path`'s encoder with its preprocessor.
+
+    The checkpoint's own head of that kind is kept when it fits `num_labels`/`labels`;
+    otherwise a fresh head is made.
+    """
+    ckpt = checkpoint_lib.load(path)
+    head = cls.head_name
+    if num_labels is not None and labels is not None and len(labels) != num_labels:
+        raise ValueError(f"num_labels {num_labels} but {len(labels)} labels")
+    old = ckpt.head_options.get(head, {})
+    asked = labels is not None or num_labels is not None or version_2
+    same = (labels is None or list(labels) == old.get("labels")) and (
+        num_labels is None or head not in ckpt.heads or getattr(
+            ckpt.heads[head], "units", num_labels) == num_labels)
+    if head in ckpt.heads and (not asked or same):
+        options = dict(old)
+    else:
+        options = head_options_for(head, labels, num_labels, version_2)
+        ckpt.heads = {head: checkpoint_lib.make_head(head, ckpt.backbone, options)}
+        ckpt.head_options = {head: options}
+    model = ckpt.task_model("span" if head == "span" else head)
+    model.head_options = options
+    length = max_seq_length or min(384 if head == "span" else 128,
+                                   ckpt.config.max_position_embeddings)
+    model.preprocessor = PREPROCESSORS[head](
+        ckpt.vocab, ckpt.do_lower_case, length, options.get("labels"), **preprocessor_options)
+    return model
+
+
+def save_task_checkpoint(model, directory, vocab=None, do_lower_case=None, dtype="float32",
+                         model_card=None):
+    """Writes `model` (backbone + head, its labels in config.json) as a checkpoint directory."""
+    p = model.preprocessor
+    if vocab is None and p is None:
+        raise ValueError("save_checkpoint needs the vocabulary: attach a preprocessor "
+                         "(from_checkpoint does) or pass vocab=")
+    vocab = p.tokenizer.vocab if vocab is None else vocab
+    do_lower_case = (p.tokenizer.lower_case if p is not None else True) \
+        if do_lower_case is None else do_lower_case
+    options = model.head_options or head_options_for(
+        model.head_name, getattr(p, "labels", None), getattr(model, "num_labels", None))
+    return checkpoint_lib.save(directory, model, vocab=vocab, do_lower_case=do_lower_case,
+                               head_options={model.head_name: options}, dtype=dtype,
+                               model_card=model_card)

@@ -1,0 +1,336 @@
+"""Fine-tuning on your own data: the preprocessing layers, `compile()`'s defaults, `fit` on raw
+strings on every backend, checkpoints in and out, and `kbert finetune|evaluate classify|regress|
+tag|qa` on tiny CSV, TSV, JSONL, CoNLL and SQuAD files."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kbert
+from kbert import BertConfig, checkpoint, cli, preprocessing
+from kbert.finetune import glue, ner, userdata
+from kbert.tokenizer import Tokenizer
+from kbert.training.optimization import AdamW, WarmupLinearDecay
+from helpers import tiny_vocab
+
+NOUNS = "man dog cat fox store milk mat paris france".split()
+KEYWORDS = {"good": "pos", "bad": "neg", "quick": "fast"}
+
+
+@pytest.fixture(scope="module")
+def tiny_init(tmp_path_factory):
+    path = tmp_path_factory.mktemp("init") / "tiny"
+    config = BertConfig.preset("tiny", vocab_size=len(tiny_vocab()), max_position_embeddings=64,
+                               dropout=0.0, attention_dropout=0.0)
+    checkpoint.save(path, kbert.BertBackbone(config), vocab=tiny_vocab())
+    return str(path)
+
+
+def _reviews(n, seed):
+    """(text, label): random nouns plus one keyword that decides the label (3 classes)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        words = [str(w) for w in rng.choice(NOUNS + ["the", "a", "sat", "on"],
+                                            rng.integers(2, 7))]
+        keyword = list(KEYWORDS)[i % 3]
+        words.insert(int(rng.integers(0, len(words) + 1)), keyword)
+        rows.append((" ".join(words), KEYWORDS[keyword]))
+    return rows
+
+
+# --- the preprocessing layers ------------------------------------------------------------------
+def test_pair_packing_matches_the_tokenizers_and_pads_per_batch():
+    vocab = tiny_vocab()
+    tok = Tokenizer(vocab)
+    rng = np.random.default_rng(0)
+    words = [w for w in vocab[5:40] if w.isalpha()]
+    first = [" ".join(rng.choice(words, rng.integers(1, 14))) for _ in range(24)]
+    second = [" ".join(rng.choice(words, rng.integers(1, 14))) for _ in range(24)]
+    p = preprocessing.BertPreprocessor(vocab, max_seq_length=12, pad_to_multiple_of=1)
+    ours = p((first, second))
+    ref, cut = tok.pack(tok.tokenize(first).to_list(), tok.tokenize(second).to_list(), 12)
+    assert sum(1 for c in cut if c) > 5          # truncation was exercised
+    for key in ref:
+        np.testing.assert_array_equal(ours[key].numpy(), ref[key], err_msg=key)
+    short = p(["the dog", "a cat sat"])["input_ids"].numpy()
+    assert short.shape == (2, 5)                  # the batch's longest row, not 12
+    rounded = preprocessing.BertPreprocessor(vocab, max_seq_length=12, pad_to_multiple_of=8)
+    assert rounded(["the dog"])["input_ids"].shape == (1, 8)
+
+
+def test_string_labels_become_ids_and_run_inside_tf_data():
+    p = preprocessing.BertPreprocessor(tiny_vocab(), labels=["neg", "pos"])
+    ds = tf.data.Dataset.from_tensor_slices((["a good dog", "bad", "good"],
+                                             ["pos", "neg", "pos"])).batch(2).map(p)
+    batches = list(ds)
+    assert [b[1].numpy().tolist() for b in batches] == [[1, 0], [1]]
+    assert batches[0][0]["input_mask"].numpy().sum(1).tolist() == [5, 3]
+    with pytest.raises(ValueError, match="example 1: label 'meh'"):
+        p.dataset(["a", "b"], ["pos", "meh"])
+
+
+def test_tagging_targets_are_ner_encoders():
+    vocab, labels = tiny_vocab(), ["O", "B-PER", "I-PER", "B-LOC"]
+    p = preprocessing.BertTokenClassifierPreprocessor(vocab, labels=labels, pad_to_multiple_of=1)
+    words = [["the", "quickly", "man"], ["paris", "jumps", "over", "the", "dog"]]
+    tags = [["O", "O", "B-PER"], ["B-LOC", "O", "O", "O", "B-PER"]]
+    x, y, w = p(tf.ragged.constant(words), tf.ragged.constant(tags))
+    ref = ner.encode_ner(Tokenizer(vocab), [ner.Sentence(a, b) for a, b in zip(words, tags)],
+                         labels).features
+    np.testing.assert_array_equal(x["input_ids"].numpy(), ref["input_ids"])
+    np.testing.assert_array_equal(y.numpy(), np.maximum(ref["label_ids"], 0))
+    np.testing.assert_array_equal(w.numpy(), ref["label_weights"])
+    assert w.numpy().sum() == 8                   # one weight per word, on its first piece
+    with pytest.raises(ValueError, match="example 0: tag 'B-ORG'"):
+        p.dataset([["a"]], [["B-ORG"]])
+
+
+# --- compile ------------------------------------------------------------------------------------
+def test_compile_defaults_follow_the_paper(tiny_init):
+    clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["a", "b", "c"])
+    clf.compile()
+    assert isinstance(clf.optimizer, AdamW)
+    assert isinstance(clf.loss, keras.losses.SparseCategoricalCrossentropy)
+    clf.fit(["the dog"] * 10, [0] * 10, batch_size=4, epochs=2, verbose=0)
+    schedule = clf.optimizer._learning_rate
+    assert isinstance(schedule, WarmupLinearDecay)
+    assert (schedule.total_steps, schedule.warmup_steps) == (6, 1)     # 3 batches x 2 epochs
+    assert schedule.peak_learning_rate == pytest.approx(5e-5)
+    assert float(clf.optimizer.weight_decay) == pytest.approx(0.01)
+    reg = kbert.BertClassifier.from_checkpoint(tiny_init, num_labels=1)
+    reg.compile(num_train_steps=100)
+    assert isinstance(reg.loss, keras.losses.MeanSquaredError)
+    assert reg.optimizer._learning_rate.total_steps == 100
+    tagger = kbert.BertTokenClassifier.from_checkpoint(tiny_init, labels=["O", "B-X", "I-X"])
+    tagger.compile()
+    assert tagger.loss.reduction == "mean_with_sample_weight"
+    qa = kbert.BertQuestionAnswerer.from_checkpoint(tiny_init)
+    qa.compile()
+    assert set(qa.loss) == {"start_logits", "end_logits"}
+
+
+# --- fit on strings, on every backend ----------------------------------------------------------
+@pytest.mark.multibackend
+def test_fit_on_strings_then_the_saved_checkpoint_answers(tiny_init, tmp_path):
+    train = _reviews(48, 0)
+    texts, labels = [t for t, _ in train], [y for _, y in train]
+    clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["fast", "neg", "pos"])
+    clf.compile(learning_rate=2e-3, warmup=0.0)
+    history = clf.fit(texts, labels, batch_size=8, epochs=4, verbose=0).history
+    assert history["loss"][-1] < 0.7 * history["loss"][0]
+    assert history["accuracy"][-1] > 0.6
+    dev = _reviews(12, 1)
+    logits = clf.predict([t for t, _ in dev], verbose=0)
+    assert logits.shape == (12, 3)
+    out = clf.save_checkpoint(str(tmp_path / "clf"))
+    loaded = kbert.load(out)
+    for (text, _), row in zip(dev, logits):
+        probs = loaded.classify(text)
+        assert list(probs) == ["fast", "neg", "pos"]
+        expected = np.exp(row - row.max()) / np.exp(row - row.max()).sum()
+        np.testing.assert_allclose(list(probs.values()), expected, atol=1e-4)
+    right = sum(max(loaded.classify(t), key=loaded.classify(t).get) == y for t, y in dev)
+    assert right >= 8
+
+
+@pytest.mark.multibackend
+def test_tagger_fits_words_and_tags(tiny_init, tmp_path):
+    labels = ["O", "B-PER", "I-PER", "B-LOC"]
+    rng = np.random.default_rng(0)
+    words, tags = [], []
+    for _ in range(32):
+        sentence = [str(w) for w in rng.choice(["the", "a", "sat", "on", "mat"], 4)]
+        k = int(rng.integers(0, 4))
+        sentence[k] = "man"
+        words.append(sentence)
+        tags.append(["B-PER" if w == "man" else "O" for w in sentence])
+    tagger = kbert.BertTokenClassifier.from_checkpoint(tiny_init, labels=labels)
+    tagger.compile(learning_rate=2e-3, warmup=0.0)
+    history = tagger.fit(words, tags, batch_size=8, epochs=3, verbose=0).history
+    assert history["loss"][-1] < 0.5 * history["loss"][0]
+    tagger.save_checkpoint(str(tmp_path / "tagger"))
+    entities = kbert.load(str(tmp_path / "tagger")).tag("the man sat on a mat")
+    assert [(e["text"], e["label"]) for e in entities] == [("man", "PER")]
+
+
+def test_pairs_qa_and_multiple_choice_take_strings(tiny_init):
+    pair = kbert.BertClassifier.from_checkpoint(tiny_init, num_labels=2)
+    pair.compile(learning_rate=2e-3, warmup=0.0)
+    a, b = ["the dog sat"] * 16, ["on the mat", "a cat"] * 8
+    history = pair.fit((a, b), [0, 1] * 8, batch_size=8, epochs=4, verbose=0).history
+    assert history["loss"][-1] < history["loss"][0]
+    qa = kbert.BertQuestionAnswerer.from_checkpoint(tiny_init, max_seq_length=64)
+    qa.compile(learning_rate=2e-3, warmup=0.0)
+    questions, contexts = ["who went ?", "what is good ?"] * 4, \
+        ["the man went to the store", "paris is good"] * 4
+    answers = ([0, 0] * 4, ["the man", "paris"] * 4)
+    history = qa.fit((questions, contexts), answers, batch_size=4, epochs=3, verbose=0).history
+    assert history["loss"][-1] < history["loss"][0]
+    out = qa.predict((questions[:2], contexts[:2]), verbose=0)
+    assert out["start_logits"].shape[0] == 2
+    with pytest.raises(ValueError, match="example 0: the context at 3"):
+        qa.fit((["who ?"], ["the man"]), ([3], ["man"]), verbose=0)
+    choice = kbert.BertMultipleChoice.from_checkpoint(tiny_init)
+    choice.compile(learning_rate=2e-3, warmup=0.0)
+    contexts = ["the man went to the store"] * 8
+    endings = [["he bought milk", "a dog sat", "the cat", "fox"]] * 8
+    history = choice.fit((contexts, endings), [0] * 8, batch_size=4, epochs=2,
+                         verbose=0).history
+    assert history["loss"][-1] < history["loss"][0]
+    assert choice.predict((contexts[:3], endings[:3]), verbose=0).shape == (3, 4)
+
+
+def test_from_checkpoint_keeps_a_fitting_head(tiny_init, tmp_path):
+    clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["neg", "pos"])
+    out = clf.save_checkpoint(str(tmp_path / "c"))
+    again = kbert.BertClassifier.from_checkpoint(out)
+    assert again.head_options["labels"] == ["neg", "pos"]
+    x = again.preprocessor(["the dog"])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(again(x)),
+                               keras.ops.convert_to_numpy(clf(x)), atol=1e-6)
+    fresh = kbert.BertClassifier.from_checkpoint(out, num_labels=3)
+    assert fresh.head.units == 3
+    with pytest.raises(ValueError, match="needs `labels`"):
+        kbert.BertTokenClassifier.from_checkpoint(tiny_init, num_labels=3)
+
+
+def test_export_writes_classify_for_a_checkpoint_from_fit(tiny_init, tmp_path):
+    from kbert import serving
+    clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["fast", "neg", "pos"])
+    clf.compile(learning_rate=1e-3)
+    train = _reviews(16, 0)
+    clf.fit([t for t, _ in train], [y for _, y in train], batch_size=8, verbose=0)
+    out = clf.save_checkpoint(str(tmp_path / "clf"))
+    path = serving.export(out, str(tmp_path / "sm"))
+    assert "classify" in serving.list_signatures(path)
+    fn = tf.saved_model.load(path).signatures["classify"]
+    texts = ["the good dog", "a quick fox sat"]
+    result = fn(text=tf.constant(texts))
+    m = kbert.load(out)
+    ref = [[m.classify(t)[k] for k in ("fast", "neg", "pos")] for t in texts]
+    np.testing.assert_allclose(result["probabilities"].numpy(), ref, atol=1e-4)
+
+
+# --- the CLI on your own files -----------------------------------------------------------------
+def _run(capsys, *args):
+    code = cli.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out.strip().splitlines(), captured.err.strip().splitlines()
+
+
+FAST = ("--epochs", "2", "--batch-size", "8", "--learning-rate", "2e-3", "--jit-compile", "off")
+
+
+def test_cli_classify_csv_and_jsonl(tiny_init, tmp_path, capsys):
+    train, dev = tmp_path / "train.csv", tmp_path / "dev.jsonl"
+    train.write_text("review,stars\n" + "".join(f'"{t}",{y}\n' for t, y in _reviews(48, 0)))
+    dev.write_text("".join(json.dumps({"review": t, "stars": y}) + "\n"
+                           for t, y in _reviews(12, 1)))
+    out = tmp_path / "clf"
+    columns = ("--text-column", "review", "--label-column", "stars")
+    code, lines, _ = _run(capsys, "finetune", "classify", "--init", tiny_init, "--train", train,
+                          "--dev", dev, "--output", out, *columns, *FAST)
+    assert code == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["heads"]["classifier"]["labels"] == ["fast", "neg", "pos"]
+    code, lines, _ = _run(capsys, "evaluate", "classify", "--model", out, "--data", dev, *columns)
+    scores = json.loads(lines[-1])
+    assert code == 0 and set(scores) == {"accuracy", "macro_f1"}
+    assert scores == json.loads(_run(capsys, "evaluate", "classify", "--model", out, "--data",
+                                     dev, *columns)[1][-1])   # the same numbers again
+    m = kbert.load(str(out))
+    predicted = [max(m.classify(t), key=m.classify(t).get) for t, _ in _reviews(12, 1)]
+    gold = [y for _, y in _reviews(12, 1)]
+    assert scores["accuracy"] == pytest.approx(100 * np.mean(np.array(predicted) ==
+                                                             np.array(gold)))
+
+
+def test_cli_regress_tsv_pairs(tiny_init, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    rows = [(" ".join(rng.choice(NOUNS, 3)), " ".join(rng.choice(NOUNS, 3))) for _ in range(24)]
+    lines = "".join(f"{a}\t{b}\t{len(set(a.split()) & set(b.split()))}\n" for a, b in rows)
+    data = tmp_path / "pairs.tsv"
+    data.write_text("first\tsecond\tscore\n" + lines)
+    out = tmp_path / "reg"
+    columns = ("--text-column", "first", "--text-pair-column", "second", "--label-column",
+               "score")
+    code, _, _ = _run(capsys, "finetune", "regress", "--init", tiny_init, "--train", data,
+                      "--dev", data, "--output", out, *columns, *FAST)
+    assert code == 0
+    code, lines, _ = _run(capsys, "evaluate", "regress", "--model", out, "--data", data, *columns)
+    scores = json.loads(lines[-1])
+    assert code == 0 and set(scores) == {"pearson", "spearman"}
+    assert -100 <= scores["pearson"] <= 100
+    assert "score" in kbert.load(str(out)).classify(rows[0][0], rows[0][1])
+
+
+def test_cli_tag_conll_and_jsonl(tiny_init, tmp_path, capsys):
+    sentences = [(["the", "man", "went", "to", "paris"], ["O", "B-PER", "O", "O", "B-LOC"]),
+                 (["a", "dog", "sat"], ["O", "O", "O"])] * 6
+    conll = tmp_path / "train.conll"
+    conll.write_text("\n".join("\n".join(f"{w} {t}" for w, t in zip(*s)) + "\n"
+                               for s in sentences))
+    jsonl = tmp_path / "dev.jsonl"
+    jsonl.write_text("".join(json.dumps({"words": w, "labels": t}) + "\n" for w, t in sentences))
+    out = tmp_path / "tagger"
+    keys = ("--text-column", "words", "--label-column", "labels")
+    code, _, _ = _run(capsys, "finetune", "tag", "--init", tiny_init, "--train", conll, "--dev",
+                      jsonl, "--output", out, *keys, *FAST)
+    assert code == 0
+    labels = json.loads((out / "config.json").read_text())["heads"]["tagger"]["labels"]
+    assert labels == ["O", "B-LOC", "B-PER"]
+    code, lines, _ = _run(capsys, "evaluate", "tag", "--model", out, "--data", conll)
+    assert code == 0 and set(json.loads(lines[-1])) == {"precision", "recall", "f1"}
+    bad = tmp_path / "bad.conll"
+    bad.write_text("the O\nman B-ORG\n")
+    code, _, err = _run(capsys, "evaluate", "tag", "--model", out, "--data", bad)
+    assert code != 0 and len(err) == 1 and f"{bad}:2: tag 'B-ORG'" in err[0]
+
+
+def test_cli_qa_squad(tiny_init, tmp_path, capsys):
+    qas = [{"id": str(i), "question": q, "answers": [{"text": a, "answer_start": s}]}
+           for i, (q, a, s) in enumerate([("who went ?", "the man", 0),
+                                          ("where ?", "the store", 19)] * 4)]
+    data = tmp_path / "train.json"
+    data.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": "the man went to the store .", "qas": qas}]}]}))
+    out = tmp_path / "qa"
+    code, _, _ = _run(capsys, "finetune", "qa", "--init", tiny_init, "--train", data, "--dev",
+                      data, "--output", out, "--max-seq-length", "64", *FAST)
+    assert code == 0
+    assert json.loads((out / "config.json").read_text())["heads"]["span"]["version"] == "1.1"
+    code, lines, _ = _run(capsys, "evaluate", "qa", "--model", out, "--data", data,
+                          "--max-seq-length", "64")
+    assert code == 0 and set(json.loads(lines[-1])) == {"exact_match", "f1"}
+
+
+@pytest.mark.parametrize("name, text, where, message", [
+    ("train.csv", "text,label\nthe dog,pos\nthe cat\n", 3, "expected 2 fields"),
+    ("train.tsv", "text\tlabel\nthe dog\tpos\n\t neg\n", 3, "column 'text' is empty"),
+    ("train.jsonl", '{"text": "a", "label": "x"}\n{"text": "b", "label": "y"\n', 2,
+     "invalid JSON"),
+    ("train.jsonl", '{"text": "a", "label": "x"}\n{"label": "y"}\n', 2,
+     "column 'text' is missing"),
+])
+def test_cli_bad_row_is_one_line_with_file_and_line(tiny_init, tmp_path, capsys, name, text,
+                                                    where, message):
+    path = tmp_path / name
+    path.write_text(text)
+    code, _, err = _run(capsys, "finetune", "classify", "--init", tiny_init, "--train", path,
+                        "--dev", path, "--output", tmp_path / "out")
+    assert code != 0 and len(err) == 1
+    assert f"{path}:{where}: " in err[0] and message in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_read_table_keeps_quoted_commas_and_sorts_numeric_labels(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text('text,label\n"a, b",10\nc,9\nd,10\n')
+    examples = userdata.read_table(str(path))
+    assert [e.text_a for e in examples] == ["a, b", "c", "d"]
+    assert userdata.label_list(examples) == ["9", "10"]
+    assert isinstance(examples[0], glue.GlueExample) and examples[0].guid == f"{path}:2"
