@@ -128,7 +128,7 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
     from kbert.finetune.tasks import get_task
     from kbert.models import BertClassifier
     from kbert.tokenizer import Tokenizer
-    from kbert.training.optimization import create_optimizer
+    from kbert.optimization import create_optimizer
 
     torch.manual_seed(args.seed)
     keras.utils.set_random_seed(args.seed)

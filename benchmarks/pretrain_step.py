@@ -68,7 +68,7 @@ def run_kbert(config, batch, seq, preds, warmup, steps):
     import keras
 
     import kbert
-    from kbert.training.optimization import create_optimizer
+    from kbert.optimization import create_optimizer
     gpu = _gpu()
     if gpu:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")

@@ -152,7 +152,7 @@ def train(args):
     from kbert import checkpoint
     from kbert.training import build_pretrainer
     from kbert.training.callbacks import StopAfter, TrainingMetrics
-    from kbert.training.optimization import create_optimizer
+    from kbert.optimization import create_optimizer
 
     started = time.perf_counter()
     keras.utils.set_random_seed(args.seed)

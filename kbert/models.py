@@ -21,6 +21,7 @@ from kbert.config import BertConfig
 from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
                          SpanHead, TokenClassificationHead)
 from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
+from kbert.optimization import create_optimizer
 
 
 def _unpack(inputs):
@@ -200,7 +201,7 @@ class _FineTunedModel(_TaskModel):
                 weight_decay: float = 0.01, num_train_steps: int | None = None, **kwargs):
         """`keras.Model.compile` with the paper's defaults for what is left out.
 
-        optimizer: None: AdamW from `kbert.training.optimization.create_optimizer` with peak
+        optimizer: None: AdamW from `kbert.optimization.create_optimizer` with peak
             `learning_rate` (5e-5), `warmup` (a fraction of the steps) then linear decay to 0
             over `num_train_steps` — when not given, the first `fit` sets it from its data
             (batches per epoch × epochs); a constant rate where that is unknown.
@@ -220,8 +221,6 @@ class _FineTunedModel(_TaskModel):
                         **kwargs)
 
     def _paper_optimizer(self, steps):
-        # kbert.training sits above the models (its loop builds them): imported on use.
-        from kbert.training.optimization import create_optimizer
         r = self._recipe
         if not steps:    # unknown length: a constant rate (no decay within 2^31 steps)
             return create_optimizer("adamw", r["learning_rate"], 2 ** 31 - 1, 0,

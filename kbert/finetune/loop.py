@@ -27,7 +27,7 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert.finetune.tasks import TASKS, get_task
-from kbert.training.optimization import create_optimizer
+from kbert.optimization import create_optimizer
 from kbert.finetune import batching
 from kbert.tokenizer import Tokenizer
 

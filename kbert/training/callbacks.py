@@ -18,7 +18,7 @@ import time
 import keras
 import numpy as np
 
-from kbert.training.optimization import batches_seen, inner_optimizer
+from kbert.optimization import batches_seen, inner_optimizer
 
 
 class TrainingMetrics(keras.callbacks.Callback):

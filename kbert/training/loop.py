@@ -1,14 +1,14 @@
 """Pretraining with `model.fit`: one device, several GPUs, several workers, a TPU, or JAX devices.
 
 `pretrain` is the whole recipe (paper, section 3.1 and appendix A.2): MLM + NSP on the original
-BERT TFRecords, AdamW with warmup and linear decay (`kbert.training.optimization`), checkpoints
+BERT TFRecords, AdamW with warmup and linear decay (`kbert.optimization`), checkpoints
 every N steps and on SIGTERM/SIGINT, a resumable data stream, TensorBoard logs, and a kbert
 checkpoint directory at the end.
 
 Example (the same thing with plain Keras, as a user script would write it):
 >>> import keras, kbert                                                          # doctest: +SKIP
 >>> from kbert.data.inputs import pretraining_dataset                            # doctest: +SKIP
->>> from kbert.training.optimization import create_optimizer                   # doctest: +SKIP
+>>> from kbert.optimization import create_optimizer                   # doctest: +SKIP
 >>> ds = pretraining_dataset("shards/", 32, seed=0).map(kbert.pretraining_targets)  # doctest: +SKIP
 >>> model = kbert.BertPretrainer(kbert.BertConfig.preset("mini"))                # doctest: +SKIP
 >>> optimizer = create_optimizer(learning_rate=1e-4, total_steps=1000)         # doctest: +SKIP
@@ -30,7 +30,7 @@ from kbert.config import PRESETS, BertConfig, read_vocab
 from kbert.models import BertPretrainer
 from kbert.training.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
 from kbert.training.distribution import STRATEGIES, Distribution, select_distribution
-from kbert.training.optimization import OPTIMIZERS, batches_seen, create_optimizer
+from kbert.optimization import OPTIMIZERS, batches_seen, create_optimizer
 
 __all__ = ["Distribution", "PretrainResult", "build_pretrainer", "evaluate_pretraining",
            "pretrain", "select_distribution"]

@@ -13,7 +13,7 @@ import kbert
 from kbert import BertConfig, checkpoint, cli, preprocessing
 from kbert.finetune import glue, ner, userdata
 from kbert.tokenizer import Tokenizer
-from kbert.training.optimization import AdamW, WarmupLinearDecay
+from kbert.optimization import AdamW, WarmupLinearDecay
 from helpers import tiny_vocab
 
 NOUNS = "man dog cat fox store milk mat paris france".split()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kbert.training.callbacks import Backup
-from kbert.training.optimization import batches_seen, create_optimizer
+from kbert.optimization import batches_seen, create_optimizer
 
 from test_training import _setup, _weights
 

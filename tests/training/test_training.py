@@ -13,7 +13,7 @@ import pytest
 
 from helpers import tiny_vocab, write_vocab
 from kbert import BertConfig, BertPretrainer
-from kbert.training.optimization import WarmupLinearDecay, create_optimizer, decayed_variables
+from kbert.optimization import WarmupLinearDecay, create_optimizer, decayed_variables
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VOCAB_SIZE = 100
@@ -73,7 +73,7 @@ RUNNER = textwrap.dedent("""
 
     class Kill(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            from kbert.training.optimization import batches_seen
+            from kbert.optimization import batches_seen
             if batches_seen(self.model.optimizer) == args["kill_at"]:
                 os.kill(os.getpid(), signal.SIGKILL)
     callbacks = [Kill()] if args.get("kill_at") else []
@@ -151,7 +151,7 @@ def test_no_weight_decay_on_layer_norm_and_bias():
 def test_adamw_steps_like_torch_adamw():
     """ε on the bias-corrected √v̂ (Adam's Algorithm 1, PyTorch, HF), not Keras' ε before it."""
     torch = pytest.importorskip("torch")
-    from kbert.training.optimization import AdamW
+    from kbert.optimization import AdamW
     rng = np.random.default_rng(0)
     start = rng.normal(size=(4, 3)).astype("float32")
     # Gradients from 1e-7 to 1: the small ones are where the two ε placements differ.
@@ -215,7 +215,7 @@ def test_two_phases_with_dynamic_masking_lamb_accumulation_and_bfloat16(tmp_path
     dynamic masking, LAMB, gradient accumulation and mixed bfloat16."""
     import kbert
     from kbert import training
-    from kbert.training.optimization import batches_seen, inner_optimizer
+    from kbert.optimization import batches_seen, inner_optimizer
     data, vocab, config = _setup(tmp_path)
     long_data = _write_shards(str(tmp_path / "data32"), seq=32, seed=1)
     result = training.pretrain([data, long_data], str(tmp_path / "ckpt"), config=config,
