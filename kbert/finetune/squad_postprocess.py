@@ -46,6 +46,35 @@ def _softmax(scores):
     return e / e.sum()
 
 
+def _window_spans(s_log, e_log, starts, ends, best, n_best_size, max_answer_length):
+    """(score, char start, char end) of the legal spans among one window's top start and end
+    logits: inside the context, in the window that sees the start token best, end >= start,
+    at most `max_answer_length` tokens."""
+    spans = []
+    for i in _top(s_log, n_best_size):
+        if starts[i] < 0 or not best[i]:
+            continue
+        for j in _top(e_log, n_best_size):
+            if ends[j] < 0 or j < i or j - i + 1 > max_answer_length:
+                continue
+            spans.append((float(s_log[i] + e_log[j]), int(starts[i]), int(ends[j])))
+    return spans
+
+
+def _distinct_best(candidates, context, n_best_size):
+    """The `n_best_size` best spans with distinct texts, best first."""
+    nbest, seen = [], set()
+    for score, a, b in sorted(candidates, key=lambda c: -c[0]):
+        text = context[a:b]
+        if text in seen:
+            continue
+        seen.add(text)
+        nbest.append({"text": text, "score": score, "start": a, "end": b})
+        if len(nbest) == n_best_size:
+            break
+    return nbest
+
+
 def postprocess(examples, features, start_logits, end_logits, version_2=False,
                 null_score_diff_threshold=0.0, n_best_size=N_BEST_SIZE,
                 max_answer_length=MAX_ANSWER_LENGTH):
@@ -75,24 +104,9 @@ def postprocess(examples, features, start_logits, end_logits, version_2=False,
             best = features.max_context[f, :width]
             null = float(s_log[0] + e_log[0])
             null_score = null if null_score is None else min(null_score, null)
-            for i in _top(s_log, n_best_size):
-                if starts[i] < 0 or not best[i]:
-                    continue
-                for j in _top(e_log, n_best_size):
-                    if ends[j] < 0 or j < i or j - i + 1 > max_answer_length:
-                        continue
-                    candidates.append((float(s_log[i] + e_log[j]), int(starts[i]),
-                                       int(ends[j])))
-        candidates.sort(key=lambda c: -c[0])
-        nbest, seen = [], set()
-        for score, a, b in candidates:
-            text = example.context[a:b]
-            if text in seen:
-                continue
-            seen.add(text)
-            nbest.append({"text": text, "score": score, "start": a, "end": b})
-            if len(nbest) == n_best_size:
-                break
+            candidates += _window_spans(s_log, e_log, starts, ends, best, n_best_size,
+                                        max_answer_length)
+        nbest = _distinct_best(candidates, example.context, n_best_size)
         non_null = nbest[0] if nbest else None
         if version_2 and null_score is not None:
             nbest.append({"text": "", "score": null_score, "start": -1, "end": -1})

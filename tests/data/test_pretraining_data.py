@@ -15,7 +15,8 @@ from kbert.tokenizer import Tokenizer
 
 from helpers import tiny_vocab, write_vocab
 
-WORDS = "the a man went to store he bought milk paris is capital of france dog cat sat on mat".split()
+WORDS = ("the a man went to store he bought milk paris is capital of france dog cat sat on "
+         "mat").split()
 SPECIAL_IDS = (0, 1, 2, 3, 4)
 
 

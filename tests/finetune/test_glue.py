@@ -131,7 +131,8 @@ def test_sst2_bucketed_batches_pad_less(shared_data, tokenizer):
 
 
 def test_evaluate_glue_metrics():
-    examples = [glue.GlueExample(str(i), "a", None, str(l)) for i, l in enumerate([1, 0, 1, 1])]
+    examples = [glue.GlueExample(str(i), "a", None, str(label))
+                for i, label in enumerate([1, 0, 1, 1])]
     scores = glue.evaluate_glue("cola", examples, np.array([[0, 1], [1, 0], [1, 0], [0, 1]]))
     assert scores == {"mcc": pytest.approx(100 * 1 / np.sqrt(3))}
     sts = [glue.GlueExample(str(i), "a", "b", s) for i, s in enumerate([0.0, 1.0, 2.5, 5.0])]

@@ -1,4 +1,4 @@
-"""Pretraining from NumPy arrays (examples/pretrain_arrays.py) and importing kbert without TensorFlow."""
+"""Pretraining from NumPy arrays (examples/pretrain_arrays.py); kbert imports without TensorFlow."""
 
 import json
 import os
