@@ -208,6 +208,11 @@ class Bert:
         """How many times a compiled forward pass was traced (0 on PyTorch: it runs eagerly)."""
         return self._runner.traces if self._runner.backend != "torch" else 0
 
+    @property
+    def bucket_shapes(self) -> list:
+        """The (method, input shapes) the forward pass has run on: one compiled function each."""
+        return sorted(self._runner.shapes)
+
     def _require(self, head, method):
         if head not in self.heads:
             raise MissingHeadError(
