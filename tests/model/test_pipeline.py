@@ -128,8 +128,9 @@ def test_repeated_calls_in_one_bucket_do_not_retrace(tiny_pretrained):
     m = tiny_pretrained
     m.fill_mask("the dog [MASK] .")                         # builds the (1 text, 16 tokens) bucket
     traces, shapes = m.trace_count, set(m.bucket_shapes)
-    for text in ("a cat [MASK] .", "the man went to the [MASK] .", "[MASK] sat on the mat ."):
-        m.fill_mask(text, top_k=2)                          # other texts, same bucket
+    for text, k in (("a cat [MASK] .", 5), ("the man went to the [MASK] .", 6),
+                    ("[MASK] sat on the mat .", 8)):         # top_k 5-8 share one graph
+        assert len(m.fill_mask(text, top_k=k)[0]) == k      # other texts, same bucket
     assert m.trace_count == traces and set(m.bucket_shapes) == shapes
     m.fill_mask(TEXTS[:3])                                  # a new bucket: 4 rows ...
     m.fill_mask(TEXTS[1:4])                                 # ... reused by other 3-text lists
