@@ -4,7 +4,10 @@
     python benchmarks/app_load.py --model CKPT          # ... on a given checkpoint
     python benchmarks/app_load.py --url http://127.0.0.1:7860/ --model-name NAME
 
-Every request must succeed (a result, no warning); prints p50/p95 latency and throughput.
+Every request must succeed (a result, no warning); prints the server time of one `/fill_mask`
+(the event handler alone: tokenize, model, chart; median of 20, app started here), then p50/p95
+latency and throughput of the concurrent requests, against the targets (one request <= 100 ms
+of server time; 50 concurrent requests p95 <= 3 s).
 """
 
 import argparse
@@ -15,7 +18,6 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -51,6 +53,16 @@ def main():
             sys.exit("no checkpoint with an MLM head: pass --model CKPT")
         url = f"http://127.0.0.1:{port}/"
 
+    server_ms = None
+    if demo is not None:   # the handler alone, as the queue's worker runs it
+        from app import handlers
+        fill = handlers.fill_mask(registry)
+        times = []
+        for i in range(23):
+            start = time.perf_counter()
+            fill(name, SENTENCES[i % len(SENTENCES)], 5)
+            times.append(time.perf_counter() - start)
+        server_ms = statistics.median(times[3:]) * 1000
     client = Client(url, verbose=False)   # one client, as a web page is one; it is thread-safe
 
     def request(i):
@@ -72,6 +84,10 @@ def main():
     print(f"latency p50 {q[49] * 1000:.0f} ms, p95 {q[94] * 1000:.0f} ms, "
           f"max {latencies[-1] * 1000:.0f} ms; throughput {args.requests / wall:.1f} req/s "
           f"({wall:.1f} s wall, {os.cpu_count()} CPUs); one request alone {single * 1000:.0f} ms")
+    if server_ms is not None:
+        print(f"server time of one /fill_mask (handler: tokenize, model, chart): "
+              f"{server_ms:.0f} ms (target <= 100 ms); load average {os.getloadavg()[0]:.1f}")
+    print(f"p95 of {args.requests} concurrent requests: {q[94]:.2f} s (target <= 3 s)")
     if demo is not None:
         demo.close()
 
