@@ -38,7 +38,8 @@ def main():
     p.add_argument("--model", action="append", default=[], help="checkpoint to serve")
     p.add_argument("--model-name", help="the model picker's name (default: first with MLM)")
     p.add_argument("--requests", type=int, default=50)
-    p.add_argument("--concurrency", type=int, default=2, help="the app's concurrency limit")
+    p.add_argument("--concurrency", type=int, help="the app's concurrency limit "
+                                                    "(default: the app's)")
     args = p.parse_args()
 
     from gradio_client import Client
@@ -46,8 +47,8 @@ def main():
     if url is None:
         from app import server
         port = _free_port()
-        demo, registry = server.serve(args.model, port=port, concurrency=args.concurrency,
-                                      preload=True, block=False)
+        demo, registry = server.serve(args.model, port=port, preload=True, block=False,
+                                      concurrency=args.concurrency or server.DEFAULT_CONCURRENCY)
         name = name or (registry.with_head("mlm") or [None])[0]
         if name is None:
             sys.exit("no checkpoint with an MLM head: pass --model CKPT")
