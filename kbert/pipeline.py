@@ -91,10 +91,12 @@ def bucket_batch(n, batch_size):
 
 
 def _pad(features, rows, length, fill_row):
-    """Features [b, T] → [rows, length]; extra rows are `fill_row` ([CLS] [SEP]), never read."""
+    """Features [b, T] → [rows, length] (mask positions keep their width); extra rows are
+    `fill_row` ([CLS] [SEP]), never read."""
     out = {}
     for key, value in features.items():
-        padded = np.zeros((rows, length), value.dtype)
+        width = value.shape[1] if key == "masked_lm_positions" else length   # its own bucket
+        padded = np.zeros((rows, width), value.dtype)
         padded[:len(value), :value.shape[1]] = value
         padded[len(value):, :len(fill_row[key])] = fill_row[key]
         out[key] = padded
@@ -228,7 +230,7 @@ class Bert:
     @property
     def bucket_shapes(self) -> list:
         """The (method, input shapes) the forward pass has run on: one compiled function each."""
-        return sorted(self._runner.shapes)
+        return sorted(self._runner.shapes, key=repr)
 
     def _require(self, head, method):
         if head not in self.heads:
