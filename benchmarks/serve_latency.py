@@ -1,4 +1,4 @@
-"""Per-request latency of kbert.load and the exported SavedModel against HF transformers, same weights.
+"""Per-request latency of kbert.load and the SavedModel against HF transformers, same weights.
 
     python benchmarks/serve_latency.py [--mlm CKPT] [--squad CKPT] [--requests 50] [--threads 1]
         [--backends tensorflow jax torch] [--skip-saved-model]

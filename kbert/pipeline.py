@@ -239,9 +239,6 @@ class Bert:
                 f"{', '.join(self.heads) or 'no heads'}")
         return self.heads[head]
 
-    def _encode(self, features):
-        return self.backbone(features, training=False)
-
     def _run(self, kind, features, batch_size):
         """Runs one batch of packed numpy features padded to its bucket shape; returns the
         output rows of the real examples."""

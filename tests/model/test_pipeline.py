@@ -100,7 +100,7 @@ def test_tag_groups_words_into_entities(tmp_path):
         assert 0 < entity["score"] <= 1
 
 
-# --- lists, batches and compiled buckets -----------------------------------------------------------
+# --- lists, batches and compiled buckets ----------------------------------------------------------
 TEXTS = ["the [MASK] sat on the mat .", "a dog [MASK] .", "the man went to the [MASK] and he "
          "bought some milk and [MASK] .", "[MASK] the quick brown fox jumps over the lazy dog ."]
 
@@ -185,7 +185,7 @@ def test_answer_and_tag_take_lists(tmp_path):
     assert t.tag("\x00") == []                              # no tokens: no entities
 
 
-# --- bad input: one clear ValueError ---------------------------------------------------------------
+# --- bad input: one clear ValueError --------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_squad(tmp_path_factory):
     path = tmp_path_factory.mktemp("squad") / "tiny"
@@ -237,7 +237,7 @@ def test_export_options_are_checked():
     assert ExportOptions(doc_stride=64).doc_stride == 64
 
 
-# --- cold start ------------------------------------------------------------------------------------
+# --- cold start -----------------------------------------------------------------------------------
 def test_import_and_cli_parsing_load_no_tensorflow():
     code = ("import sys, kbert; from kbert import cli\n"
             "for argv in (['--help'], ['export', '--help'], ['finetune', '--help'],\n"
