@@ -69,6 +69,74 @@ def _best_fill(text, masks):
     return "".join(pieces + [text[last:]])
 
 
+class Batcher:
+    """Runs concurrent calls as one list call: `Batcher(fn)(item)` returns `fn([item, ...])`'s
+    result for `item`. A call arriving while a batch runs waits, and the next batch takes every
+    waiting item (at most `max_batch`), so under load the model sees padded batches instead of
+    one request at a time. A failing batch is retried item by item, so one bad input fails only
+    its own request.
+    """
+
+    def __init__(self, fn, max_batch=32):
+        self.fn, self.max_batch = fn, max_batch
+        self._cond = threading.Condition()
+        self._pending, self._running = [], False
+
+    def __call__(self, item):
+        slot = {"item": item}
+        with self._cond:
+            self._pending.append(slot)
+        while True:
+            with self._cond:
+                while self._running and "done" not in slot:
+                    self._cond.wait()
+                if "done" in slot:
+                    break
+                self._running = True
+                batch = self._pending[:self.max_batch]
+                del self._pending[:self.max_batch]
+            try:
+                self._run(batch)
+            finally:
+                with self._cond:
+                    self._running = False
+                    self._cond.notify_all()
+        if "error" in slot:
+            raise slot["error"]
+        return slot["result"]
+
+    def _run(self, batch):
+        try:
+            results = self.fn([s["item"] for s in batch])
+            for s, r in zip(batch, results):
+                s["result"] = r
+        except Exception:                          # noqa: BLE001 - retried one by one below
+            for s in batch:
+                try:
+                    s["result"] = self.fn([s["item"]])[0]
+                except Exception as e:             # noqa: BLE001 - re-raised in its own caller
+                    s["error"] = e
+        for s in batch:
+            s["done"] = True
+
+
+_batchers, _batchers_lock = {}, threading.Lock()
+
+
+def _fill_batcher(model):
+    """The model's fill-mask `Batcher`: items (text, top_k), each answered with its top_k."""
+    with _batchers_lock:
+        if id(model) not in _batchers:
+            def fill(items):
+                if len(items) == 1:   # alone (or retried alone): the single-text messages
+                    return [model.fill_mask(items[0][0], top_k=items[0][1])]
+                k = max(top_k for _, top_k in items)
+                masks = model.fill_mask([text for text, _ in items], top_k=k)
+                return [[ranked[:top_k] for ranked in m] for m, (_, top_k) in zip(masks, items)]
+            _batchers[id(model)] = (model, Batcher(fill))   # holds the model: ids stay unique
+        return _batchers[id(model)][1]
+
+
 def fill_mask(registry, name, text, top_k=5):
     model = registry.require(name, "mlm")
     text = _text(text, "The text")
@@ -87,7 +155,7 @@ def fill_mask(registry, name, text, top_k=5):
         notes.append(_cut_note(len(ids), limit))
     top_k = max(1, min(int(top_k or 5), MAX_TOP_K))
     try:
-        masks = model.fill_mask(text, top_k=top_k)
+        masks = _fill_batcher(model)((text, top_k))
     except ValueError as e:                              # e.g. a [MASK] past the model's length
         message = str(e).removeprefix("fill_mask: ")
         raise InputError(message[:1].upper() + message[1:] + ".") from None

@@ -1,5 +1,18 @@
-"""Matplotlib figures for the playground (object-oriented API: no pyplot global state, so
-concurrent requests cannot draw into each other's figures)."""
+"""Charts for the playground.
+
+The fill-mask bars are drawn straight into a PNG with Pillow (a few milliseconds; a matplotlib
+figure cost more than the model itself, see docs/inference.md) and handed to `gr.Plot` as the
+image a matplotlib plot becomes. The attention heatmap uses matplotlib's object-oriented API (no
+pyplot global state, so concurrent requests cannot draw into each other's figures).
+"""
+
+import base64
+import functools
+import io
+
+BAR_COLOR = (249, 115, 22)        # #f97316
+TEXT_COLOR = (55, 65, 81)
+ROW, WIDTH, LABELS, PAD = 24, 640, 150, 10   # pixels: bar row height, image width, token column
 
 
 def _label(token):
@@ -11,22 +24,46 @@ def _figure(width, height):
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
+@functools.lru_cache(maxsize=None)
+def _font(size):
+    from PIL import ImageFont
+    return ImageFont.load_default(size=size)
+
+
+def fill_mask_png(masks):
+    """PNG bytes: one block of horizontal bars per [MASK], its top-k fillers best first, each
+    bar's length its probability (scaled to the block's best) and labelled with it."""
+    from PIL import Image, ImageDraw
+
+    font, title = _font(13), _font(14)
+    height = PAD + sum(ROW * (len(ranked) + 1) for ranked in masks) + PAD
+    image = Image.new("RGB", (WIDTH, height), "white")
+    draw = ImageDraw.Draw(image)
+    y, room = PAD, WIDTH - LABELS - 70
+    for i, ranked in enumerate(masks):
+        draw.text((PAD, y + 4), f"[MASK] #{i + 1}", fill=TEXT_COLOR, font=title)
+        y += ROW
+        scale = min(1.0, max(r["score"] for r in ranked) * 1.25 + 0.05)
+        for r in ranked:
+            token = r["token"] if len(r["token"]) <= 18 else r["token"][:17] + "…"
+            draw.text((LABELS - PAD, y + ROW // 2), token, fill=TEXT_COLOR, font=font,
+                      anchor="rm")
+            length = max(1, round(room * r["score"] / scale))
+            draw.rectangle((LABELS, y + 4, LABELS + length, y + ROW - 4), fill=BAR_COLOR)
+            draw.text((LABELS + length + 6, y + ROW // 2), f"{r['score']:.1%}", fill=TEXT_COLOR,
+                      font=font, anchor="lm")
+            y += ROW
+    out = io.BytesIO()
+    image.save(out, format="PNG", compress_level=1)
+    return out.getvalue()
+
+
 def fill_mask_bars(masks):
-    """One horizontal bar chart per [MASK]: its top-k fillers and their probabilities."""
-    fig = _figure(6.4, 0.35 + 0.32 * sum(len(r) + 1 for r in masks))
-    axes = fig.subplots(len(masks), 1, squeeze=False)[:, 0]
-    for i, (ax, ranked) in enumerate(zip(axes, masks)):
-        tokens = [_label(r["token"]) for r in ranked][::-1]
-        scores = [r["score"] for r in ranked][::-1]
-        bars = ax.barh(range(len(tokens)), scores, color="#f97316")
-        ax.set_yticks(range(len(tokens)), tokens)
-        ax.bar_label(bars, labels=[f"{s:.1%}" for s in scores], padding=3, fontsize=8)
-        ax.set_xlim(0, min(1.0, max(scores) * 1.25 + 0.05))
-        ax.set_title(f"[MASK] #{i + 1}", fontsize=9, loc="left")
-        ax.tick_params(labelsize=8)
-        ax.spines[["top", "right"]].set_visible(False)
-    axes[-1].set_xlabel("probability", fontsize=8)
-    return fig
+    """The fill-mask chart as `gr.Plot`'s value (the PNG of `fill_mask_png`)."""
+    from gradio.components.plot import PlotData
+
+    data = base64.b64encode(fill_mask_png(masks)).decode("ascii")
+    return PlotData(type="matplotlib", plot=f"data:image/png;base64,{data}")
 
 
 def attention_heatmap(tokens, matrix, layer, head):

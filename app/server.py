@@ -5,6 +5,7 @@ import logging
 import os
 
 DEFAULT_MODELS_DIR = None  # None: the first directory of kbert.checkpoint.search_path()
+DEFAULT_CONCURRENCY = 16
 
 
 def add_arguments(parser):
@@ -20,14 +21,16 @@ def add_arguments(parser):
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     parser.add_argument("--share", action="store_true",
                         help="also open a public gradio.live share link")
-    parser.add_argument("--concurrency", type=int, default=2,
-                        help="requests computed at once; the rest wait in the queue (default 2)")
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                        help="requests handled at once; the rest wait in the queue (default "
+                             f"{DEFAULT_CONCURRENCY}: concurrent fill-mask requests run as one "
+                             "padded batch)")
     parser.add_argument("--preload", action="store_true",
                         help="load every checkpoint before serving (default: on first use)")
     return parser
 
 
-def build(models=(), models_dir=DEFAULT_MODELS_DIR, concurrency=2):
+def build(models=(), models_dir=DEFAULT_MODELS_DIR, concurrency=DEFAULT_CONCURRENCY):
     """(demo, registry): the queued Blocks app over the checkpoints found."""
     from app.registry import Registry, discover
     from app.ui import build_demo
@@ -40,7 +43,7 @@ def build(models=(), models_dir=DEFAULT_MODELS_DIR, concurrency=2):
 
 
 def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860, share=False,
-          concurrency=2, preload=False, block=True):
+          concurrency=DEFAULT_CONCURRENCY, preload=False, block=True):
     """Builds and launches the app; returns (demo, registry) when `block` is False."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -48,7 +51,8 @@ def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860,
     demo, registry = build(models, models_dir, concurrency)
     if not registry.names:
         logging.getLogger("app").warning(
-            "no checkpoints found in %s/ (pass --model DIR); the tabs will say so", models_dir)
+            "no checkpoints found in %s (pass --model DIR); the tabs will say so",
+            models_dir or "the checkpoint search path (KBERT_MODELS, then saved_models/)")
     for name in registry.names if preload else ():
         registry.get(name)
     demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block,

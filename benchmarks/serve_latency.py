@@ -1,6 +1,15 @@
-"""Per-request latency of the exported SavedModel against HF transformers pipelines, same weights.
+"""Per-request latency of kbert.load and the SavedModel against HF transformers, same weights.
 
-    python benchmarks/serve_latency.py [--mlm CKPT] [--squad CKPT] [--requests 50] [--threads 2]
+    python benchmarks/serve_latency.py [--mlm CKPT] [--squad CKPT] [--requests 50] [--threads 1]
+        [--backends tensorflow jax torch] [--skip-saved-model]
+
+Part 2 (`kbert.load`, per backend): every `Bert` method at batch 1 and batch 32 (a list of 32
+inputs, `batch_size=32`), each call alternated with its HF twin in the same process (medians, so
+machine noise hits both alike): `fill_mask` vs `pipeline("fill-mask")`, `next_sentence` vs
+`BertForNextSentencePrediction`, `answer` vs the QA steps below, `classify` / `tag` / `embed` vs
+the fast tokenizer + `BertModel` (+ softmax). The classifier and tagger heads are freshly
+initialised on the MLM checkpoint's encoder (same cost as trained ones). JAX and PyTorch run in a
+child process each (Keras picks its backend once per process).
 
 `fill_mask` and `answer` of `kbert export`'s SavedModel (tokenization and post-processing in the
 graph, called in-process as TF Serving would run it, without the HTTP layer) side by side with
@@ -110,15 +119,146 @@ class HfQuestionAnswering:
                 for c, b in zip(contexts, best)]
 
 
-def _time(fn, requests, warmup=3):
+PLAIN = [s.replace("[MASK]", w) for s, w in zip(SENTENCES, (
+    "Paris", "shop", "dog", "violin", "Celsius", "coffee", "Jupiter", "film"))]
+PAIRS = [("The man went to the store.", "He bought a gallon of milk."),
+         ("Penguins cannot fly.", "The stock market closed higher today."),
+         ("She opened the window.", "A cool breeze came into the room."),
+         ("The train was late.", "We missed the first half of the concert.")]
+FLOORS = {"tensorflow": (1.0, 2.0), "jax": (1.5, 1.0), "torch": (1.5, 1.0)}  # latency, throughput
+
+
+def _alternate(ours, theirs, requests, warmup=2):
+    """Seconds per call of `ours` and `theirs`, called in turn (noise hits both alike)."""
     for _ in range(warmup):
-        fn()
-    seconds = []
+        ours()
+        theirs()
+    a, b = [], []
     for _ in range(requests):
         start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    return np.asarray(seconds)
+        ours()
+        a.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        theirs()
+        b.append(time.perf_counter() - start)
+    return np.asarray(a), np.asarray(b)
+
+
+class HfTwins:
+    """The HF side of each `Bert` method, on the weights `kbert convert --to hf` wrote."""
+
+    def __init__(self, hf_mlm, hf_squad):
+        import torch
+        import transformers
+        self.torch = torch
+        self.fill = transformers.pipeline("fill-mask", model=hf_mlm, device="cpu")
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(hf_mlm)
+        self.nsp = transformers.BertForNextSentencePrediction.from_pretrained(hf_mlm).eval()
+        self.bert = transformers.BertModel.from_pretrained(hf_mlm).eval()
+        hidden = self.bert.config.hidden_size
+        self.classifier, self.tagger = torch.nn.Linear(hidden, 3), torch.nn.Linear(hidden, 9)
+        self.qa = HfQuestionAnswering(hf_squad)
+
+    def _encode(self, texts, pairs=None):
+        return self.tokenizer(texts, pairs, padding=True, truncation=True, return_tensors="pt")
+
+    def next_sentence(self, a, b):
+        with self.torch.inference_mode():
+            return self.nsp(**self._encode(a, b)).logits.softmax(-1)[:, 0].numpy()
+
+    def bert_model(self, texts, head):
+        with self.torch.inference_mode():
+            out = self.bert(**self._encode(texts))
+            if head == "embed":
+                return out.last_hidden_state[:, 0].numpy()
+            if head == "classify":
+                return self.classifier(out.pooler_output).softmax(-1).numpy()
+            return self.tagger(out.last_hidden_state).softmax(-1).numpy()
+
+
+def _kbert_cases(paths, hf, batch):
+    """{method: (kbert call, HF call)} on `batch` inputs (one input unbatched at batch 1)."""
+    import kbert
+    m, q, c = (kbert.load(paths[k]) for k in ("mlm", "squad", "clf"))
+
+    def inputs(pool):
+        items = [pool[i % len(pool)] for i in range(batch)]
+        return items[0] if batch == 1 else items
+    texts, plain = inputs(SENTENCES), inputs(PLAIN)
+    a, b = inputs([p[0] for p in PAIRS]), inputs([p[1] for p in PAIRS])
+    questions, contexts = inputs(QUESTIONS), inputs([CONTEXT])
+    as_list = (lambda x: [x]) if batch == 1 else (lambda x: x)  # noqa: E731
+    return {
+        "fill_mask": (lambda: m.fill_mask(texts, top_k=5),
+                      lambda: hf.fill(texts, top_k=5, batch_size=batch)),
+        "next_sentence": (lambda: m.next_sentence(a, b),
+                          lambda: hf.next_sentence(as_list(a), as_list(b))),
+        "answer": (lambda: q.answer(questions, contexts),
+                   lambda: hf.qa(as_list(questions), as_list(contexts))),
+        "classify": (lambda: c.classify(plain), lambda: hf.bert_model(as_list(plain), "classify")),
+        "tag": (lambda: c.tag(plain), lambda: hf.bert_model(as_list(plain), "tag")),
+        "embed": (lambda: m.embed(plain), lambda: hf.bert_model(as_list(plain), "embed")),
+    }
+
+
+def kbert_load_rows(paths, requests, backend):
+    """Times every `Bert` method against its HF twin; prints one table; returns failures."""
+    hf = HfTwins(paths["hf_mlm"], paths["hf_squad"])
+    print(f"\n### kbert.load on {backend} (beside HF transformers/torch, same process, "
+          f"load average {os.getloadavg()[0]:.1f})\n")
+    print("| method        | batch | kbert p50 (ms) | HF p50 (ms) | latency vs HF | "
+          "kbert inputs/s | HF inputs/s | throughput vs HF |")
+    print("|---------------|------:|---------------:|------------:|--------------:|"
+          "---------------:|------------:|-----------------:|")
+    max_latency, min_throughput = FLOORS[backend]
+    failures = []
+    for batch in (1, 32):
+        n = requests if batch == 1 else max(3, requests // 5)
+        for method, (ours, theirs) in _kbert_cases(paths, hf, batch).items():
+            a, b = _alternate(ours, theirs, n)
+            p50, hf_p50 = np.median(a) * 1e3, np.median(b) * 1e3
+            ratio, speed = p50 / hf_p50, hf_p50 / p50
+            print(f"| {method:<13} | {batch:>5} | {p50:14.1f} | {hf_p50:11.1f} | "
+                  f"{ratio:12.2f}x | {batch * 1e3 / p50:14.1f} | {batch * 1e3 / hf_p50:11.1f} | "
+                  f"{speed:15.2f}x |", flush=True)
+            if batch == 1 and ratio > max_latency:
+                failures.append(f"{backend} {method} batch 1: {ratio:.2f}x HF's latency "
+                                f"(floor {max_latency}x)")
+            if batch == 32 and speed < min_throughput:
+                failures.append(f"{backend} {method} batch 32: {speed:.2f}x HF's throughput "
+                                f"(floor {min_throughput}x)")
+    return failures
+
+
+def _classifier_checkpoint(mlm, directory):
+    """The MLM checkpoint's encoder with fresh classifier (3 labels) and tagger (9) heads."""
+    from kbert import checkpoint
+    base = checkpoint.load(mlm)
+    options = {"classifier": {"labels": ["negative", "neutral", "positive"]},
+               "tagger": {"labels": ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC",
+                                     "B-MISC", "I-MISC"]}}
+    heads = {h: checkpoint.make_head(h, base.backbone, options[h]) for h in options}
+    checkpoint.save(directory, backbone=base.backbone, heads=heads, vocab=base.vocab,
+                    head_options=options, do_lower_case=base.do_lower_case)
+    return directory
+
+
+def _child(backend, paths, args):
+    """Runs this script for one more backend; returns its failures (printed as lines)."""
+    import subprocess
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    if backend == "jax" and args.threads == 1:
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                            "intra_op_parallelism_threads=1").strip()
+    command = [sys.executable, os.path.abspath(__file__), "--requests", str(args.requests),
+               "--threads", str(args.threads), "--child-paths",
+               *[f"{k}={v}" for k, v in paths.items()]]
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
+    lines = done.stdout.splitlines()
+    print("\n".join(line for line in lines if not line.startswith("FAIL ")), flush=True)
+    if done.returncode:
+        return [f"{backend}: the child process failed (exit {done.returncode})"]
+    return [line[5:] for line in lines if line.startswith("FAIL ")]
 
 
 def _row(task, engine, batch, seconds):
@@ -134,6 +274,11 @@ def main(argv=None):
     parser.add_argument("--squad", help="checkpoint with a span head")
     parser.add_argument("--requests", type=int, default=50, help="timed requests per cell")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for TF and torch")
+    parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"],
+                        choices=["tensorflow", "jax", "torch"], help="kbert.load backends")
+    parser.add_argument("--skip-saved-model", action="store_true",
+                        help="only the kbert.load tables")
+    parser.add_argument("--child-paths", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     import tensorflow as tf
@@ -147,20 +292,49 @@ def main(argv=None):
     transformers.logging.set_verbosity_error()
     from kbert import convert, serving
 
+    if args.child_paths:   # one more backend, for the parent process
+        import keras
+        paths = dict(p.split("=", 1) for p in args.child_paths)
+        for failure in kbert_load_rows(paths, args.requests, keras.backend.backend()):
+            print("FAIL " + failure)
+        return
+
     workdir = tempfile.mkdtemp(prefix="kbert-serve-")
     mlm, squad, what = _checkpoints(args, workdir)
     print(f"models: {what}; {args.threads} thread(s), {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.1f}; {args.requests} timed requests a cell; "
           f"tensorflow {tf.__version__}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}\n")
-    cases = {"fill_mask": mlm, "answer": squad}
+    paths = {"mlm": mlm, "squad": squad,
+             "clf": _classifier_checkpoint(mlm, os.path.join(workdir, "classify-tag")),
+             "hf_mlm": convert.export("hf", mlm, os.path.join(workdir, "hf-fill_mask")),
+             "hf_squad": convert.export("hf", squad, os.path.join(workdir, "hf-answer"))}
+    failures = []
+    if not args.skip_saved_model:
+        _saved_model_rows(args, paths, workdir, tf)
+    for backend in args.backends:
+        if backend == "tensorflow":
+            failures += kbert_load_rows(paths, args.requests, backend)
+        else:
+            failures += _child(backend, paths, args)
+    print("\nfloors (batch-1 latency / batch-32 throughput vs HF): TF <= 1x / >= 2x, "
+          "JAX and PyTorch <= 1.5x / >= 1x")
+    print("\n".join(["all met"] if not failures else ["missed: " + f for f in failures]))
+
+
+def _saved_model_rows(args, paths, workdir, tf):
+    import transformers
+
+    from kbert import serving
+    cases = {"fill_mask": paths["mlm"], "answer": paths["squad"]}
+    print("### SavedModel (`kbert export`) beside HF transformers/torch\n")
     print("| task      | engine                     | batch | p50 (ms) | p95 (ms) | inputs/s  |")
     print("|-----------|----------------------------|------:|---------:|---------:|----------:|")
     summary = []
     for task, ckpt in cases.items():
         saved = tf.saved_model.load(serving.export(ckpt, os.path.join(workdir, "sm-" + task)))
         signature = saved.signatures[task]
-        hf_dir = convert.export("hf", ckpt, os.path.join(workdir, "hf-" + task))
+        hf_dir = paths["hf_mlm" if task == "fill_mask" else "hf_squad"]
         if task == "fill_mask":
             pipe = transformers.pipeline("fill-mask", model=hf_dir, device="cpu")
         else:
@@ -175,10 +349,11 @@ def main(argv=None):
                 ours = lambda: signature(question=tf.constant(questions),  # noqa: E731
                                          context=tf.constant([CONTEXT] * batch))
                 theirs = lambda: pipe(questions, [CONTEXT] * batch)  # noqa: E731
-            p50, rate = _row(task, "kbert SavedModel", batch, _time(ours, args.requests))
+            a, b = _alternate(ours, theirs, args.requests if batch == 1 else
+                              max(3, args.requests // 5))
+            p50, rate = _row(task, "kbert SavedModel", batch, a)
             engine = "HF pipeline (torch)" if task == "fill_mask" else "HF QA steps (torch)"
-            hf_p50, hf_rate = _row(task, engine, batch,
-                                   _time(theirs, args.requests))
+            hf_p50, hf_rate = _row(task, engine, batch, b)
             summary.append((task, batch, p50 / hf_p50, rate / hf_rate))
     print()
     for task, batch, latency, throughput in summary:

@@ -5,37 +5,37 @@
     m.fill_mask("The man went to the [MASK].")
 """
 
+import importlib
 import os
 
 # TensorFlow's C++ start-up chatter (CUDA probing, CPU flags) drowns the CLI's output; a value
 # the user sets still wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from kbert.config import PRESETS, BertConfig  # noqa: E402
-from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
-                         SpanHead, TokenClassificationHead)
-from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
-from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
-                          BertQuestionAnswerer, BertTokenClassifier)
-
-__all__ = ["PRESETS", "BertConfig", "ClassificationHead", "MaskedLMHead", "MultipleChoiceHead",
-           "NextSentenceHead", "SpanHead", "TokenClassificationHead", "BertEmbeddings", "Pooler",
-           "TransformerEncoderBlock", "BertBackbone", "BertClassifier", "BertMultipleChoice",
-           "BertPretrainer", "BertQuestionAnswerer", "BertTokenClassifier", "Bert", "load",
-           "pretraining_targets"]
 __version__ = "0.1.0"
 
-# The tokenizer, the pipeline and the tf.data inputs need TensorFlow (and tensorflow-text); they
-# load on first use, so the models, heads, checkpoints and optimizers import without TensorFlow
-# (e.g. training on JAX or PyTorch from arrays that were tokenized elsewhere).
-_LAZY = {"Bert": "kbert.pipeline", "load": "kbert.pipeline",
-         "pretraining_targets": "kbert.data.inputs"}
+# Every public name loads on first use (PEP 562): importing Keras starts its backend (TensorFlow
+# on the default backend, ~1 GB and seconds), which `import kbert`, `kbert --help` and the CLI's
+# argument errors must not pay for. The model modules import no TensorFlow on JAX or PyTorch; the
+# tokenizer, the pipeline and the tf.data inputs always need TensorFlow (and tensorflow-text).
+_LAZY = {
+    **dict.fromkeys(["PRESETS", "BertConfig"], "kbert.config"),
+    **dict.fromkeys(["ClassificationHead", "MaskedLMHead", "MultipleChoiceHead",
+                     "NextSentenceHead", "SpanHead", "TokenClassificationHead"], "kbert.heads"),
+    **dict.fromkeys(["BertEmbeddings", "Pooler", "TransformerEncoderBlock"], "kbert.layers"),
+    **dict.fromkeys(["BertBackbone", "BertClassifier", "BertMultipleChoice", "BertPretrainer",
+                     "BertQuestionAnswerer", "BertTokenClassifier"], "kbert.models"),
+    **dict.fromkeys(["Bert", "load"], "kbert.pipeline"),
+    "pretraining_targets": "kbert.data.inputs",
+}
+__all__ = list(_LAZY)
 
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value   # later look-ups skip this hook
+        return value
     raise AttributeError(f"module 'kbert' has no attribute {name!r}")
 
 

@@ -18,6 +18,25 @@ class CliError(Exception):
     """A bad input the user can fix; printed as one line."""
 
 
+# The parser imports nothing heavy: `kbert --help`, every subcommand's `--help` and argument
+# errors answer without TensorFlow or Keras (seconds and ~1 GB). Each `_run_*` imports what it
+# calls. The task names are therefore spelled out here; a test checks them against the registry
+# (`kbert.finetune.tasks.TASKS`).
+TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad",
+              "squad2", "conll2003", "swag", "classify", "regress", "tag", "qa")
+
+
+def positive_int(text):
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 # --- convert -------------------------------------------------------------------------------------
 def _add_convert(sub):
     p = sub.add_parser("convert", help="import weights from another library into a checkpoint, "
@@ -197,11 +216,6 @@ def _run_pretrain(args):
 
 
 # --- finetune / evaluate -------------------------------------------------------------------------
-def _task_names():
-    from kbert.finetune.tasks import TASKS
-    return TASKS
-
-
 def _add_columns(p):
     """The own-data tasks' column options (classify, regress, tag)."""
     p.add_argument("--text-column", help="classify/regress: the text column (default text); "
@@ -221,7 +235,7 @@ def _add_finetune(sub):
                                         "SWAG task, or on your own CSV/TSV/JSONL, CoNLL or SQuAD "
                                         "file (classify, regress, tag, qa), keeping the best dev "
                                         "epoch")
-    p.add_argument("task", metavar="TASK", choices=_task_names(), help=" ".join(_task_names()))
+    p.add_argument("task", metavar="TASK", choices=TASK_NAMES, help=" ".join(TASK_NAMES))
     p.add_argument("--init", required=True, help="the checkpoint to start from")
     p.add_argument("--train", required=True, help="the training file")
     p.add_argument("--dev", required=True, help="the dev file scored after each epoch")
@@ -266,7 +280,7 @@ def _run_finetune(args):
 def _add_evaluate(sub):
     p = sub.add_parser("evaluate", help="score a fine-tuned checkpoint on a task's file (prints "
                                         "one JSON object)")
-    p.add_argument("task", metavar="TASK", choices=_task_names(), help=" ".join(_task_names()))
+    p.add_argument("task", metavar="TASK", choices=TASK_NAMES, help=" ".join(TASK_NAMES))
     p.add_argument("--model", required=True, help="the fine-tuned checkpoint")
     p.add_argument("--data", required=True, help="the file to score")
     p.add_argument("--batch-size", type=int, default=64)
@@ -290,11 +304,13 @@ def _add_export(sub):
     p = sub.add_parser("export", help="write a TF Serving SavedModel (raw-string signatures)")
     p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint directory")
     p.add_argument("--output", required=True, help="model base directory; writes OUTPUT/VERSION/")
-    p.add_argument("--version", type=int, default=1, help="version sub-directory (default 1)")
+    p.add_argument("--version", type=positive_int, default=1,
+                   help="version sub-directory (default 1)")
     p.add_argument("--signatures", nargs="+", metavar="NAME",
                    help="string signatures to write (default: all the heads allow)")
-    p.add_argument("--top-k", type=int, default=5, help="fillers per mask / answers per question")
-    p.add_argument("--max-masks", type=int, default=5, help="[MASK]s answered per text")
+    p.add_argument("--top-k", type=positive_int, default=5,
+                   help="fillers per mask / answers per question")
+    p.add_argument("--max-masks", type=positive_int, default=5, help="[MASK]s answered per text")
     p.set_defaults(func=_run_export)
 
 

@@ -42,6 +42,12 @@ def _byte_length(strings):
     return tf.cast(tf.strings.length(strings, unit="BYTE"), tf.int64)
 
 
+def _rows(ragged):
+    """A RaggedTensor [B, (N)] → B numpy rows (two transfers, not one per row)."""
+    values, splits = ragged.flat_values.numpy(), ragged.row_splits.numpy()
+    return [values[a:b] for a, b in zip(splits[:-1], splits[1:])]
+
+
 def char_offsets(text, starts, ends):
     """Byte offsets into `text`'s UTF-8 encoding → character offsets into the Python string.
 
@@ -169,6 +175,7 @@ class Tokenizer:
         self._wordpiece = tf_text.WordpieceTokenizer(
             table, token_out_type=tf.int64, unknown_token="[UNK]",
             max_bytes_per_word=4 * MAX_CHARS_PER_WORD)
+        self._compiled = {}   # mask_literal -> tf.function over a batch of strings [B]
 
     @property
     def vocab_size(self):
@@ -180,6 +187,21 @@ class Tokenizer:
         Offsets are [start, end) into each input's UTF-8 bytes. With `mask_literal`, the text
         `[MASK]` becomes the mask token (for fill-mask inputs).
         """
+        if tf.executing_eagerly():
+            texts = tf.convert_to_tensor(texts, tf.string)
+            if texts.shape.rank == 1:   # one traced graph for every batch: no per-op dispatch
+                return self._compiled_tokenize(mask_literal)(texts)
+        return self._tokenize_with_offsets(texts, mask_literal)
+
+    def _compiled_tokenize(self, mask_literal):
+        fn = self._compiled.get(mask_literal)
+        if fn is None:
+            fn = tf.function(lambda texts: self._tokenize_with_offsets(texts, mask_literal),
+                             input_signature=[tf.TensorSpec([None], tf.string)])
+            self._compiled[mask_literal] = fn
+        return fn
+
+    def _tokenize_with_offsets(self, texts, mask_literal):
         words, word_starts, chars, norm = _split_and_normalize(texts, self.lower_case, mask_literal)
         flat_words = words.flat_values                                             # [N]
         norm_words = tf.strings.reduce_join(chars.with_flat_values(norm), axis=-1)  # [N]
@@ -230,13 +252,25 @@ class Tokenizer:
 
     def tokenize_with_char_offsets(self, text):
         """One Python string → (ids, starts, ends) lists, offsets in characters of `text`."""
-        ids, starts, ends = self.tokenize_with_offsets([text])
-        starts, ends = char_offsets(text, starts.to_list()[0], ends.to_list()[0])
-        return ids.to_list()[0], starts, ends
+        return self.batch_tokenize_with_char_offsets([text])[0]
+
+    def batch_tokenize_with_char_offsets(self, texts):
+        """Python strings → one (ids, starts, ends) of lists each, offsets in characters."""
+        ids, starts, ends = (_rows(x) for x in self.tokenize_with_offsets(list(texts)))
+        out = []
+        for text, i, s, e in zip(texts, ids, starts, ends):
+            out.append((i.tolist(), *char_offsets(text, s, e)))
+        return out
 
     def encode(self, text):
         """One string → a Python list of ids; `[MASK]` in the text becomes the mask token."""
-        return self.tokenize([text], mask_literal=True).to_list()[0]
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts):
+        """Strings → one Python list of ids each (one graph call for the whole list)."""
+        if not len(texts):
+            return []
+        return [row.tolist() for row in _rows(self.tokenize(list(texts), mask_literal=True))]
 
     def convert_ids_to_tokens(self, ids):
         return [self.vocab[i] if 0 <= i < len(self.vocab) else "[UNK]" for i in ids]

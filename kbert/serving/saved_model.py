@@ -63,6 +63,15 @@ class ExportOptions:
     n_best: int = 20
     window_batch: int = 32        # windows per model call inside `answer`
 
+    def __post_init__(self):
+        """Every option is a positive integer (a `doc_stride` of 0 would never end)."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            minimum = 8 if field.name == "answer_seq_length" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"ExportOptions: {field.name} must be an integer >= {minimum}, "
+                                 f"got {value!r}")
+
 
 class ExportError(ValueError):
     """A checkpoint that cannot be exported as asked."""

@@ -228,6 +228,32 @@ def test_every_tab_runs_on_this_backend(tmp_path):
     assert abs(out["matrix"].sum(-1) - 1).max() < 1e-4   # each row a distribution
 
 
+def test_concurrent_calls_run_as_batches_and_errors_stay_their_own():
+    import concurrent.futures
+    import threading
+    import time
+
+    from app.inference import Batcher
+    sizes, gate = [], threading.Event()
+
+    def square(items):
+        sizes.append(len(items))
+        gate.wait(5)                      # the first batch runs while the others queue
+        if any(x < 0 for x in items):
+            raise ValueError("negative")
+        return [x * x for x in items]
+    batcher = Batcher(square, max_batch=8)
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        futures = [pool.submit(batcher, x) for x in [1, 2, 3, -4, 5, 6, 7, 8, 9, 10, 11, 12]]
+        time.sleep(0.5)
+        gate.set()
+        outcomes = [f.exception() or f.result() for f in futures]
+    assert [o for o in outcomes if not isinstance(o, Exception)] == \
+        [x * x for x in [1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12]]
+    assert str(outcomes[3]) == "negative"
+    assert max(sizes) > 1 and sum(s for s in sizes if s > 1) >= 11   # batched, then retried
+
+
 def test_an_unloadable_checkpoint_is_a_message(tmp_path):
     from app.registry import InputError, Registry, discover
     (tmp_path / "broken").mkdir()

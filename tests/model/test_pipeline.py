@@ -1,11 +1,14 @@
 """kbert.load(...) inference methods on a small real checkpoint (converted MiniLM) and tiny ones."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import kbert
 from kbert import BertConfig, checkpoint
-from helpers import tiny_vocab
+from helpers import REPO, tiny_vocab
 
 pytestmark = pytest.mark.multibackend
 
@@ -95,3 +98,170 @@ def test_tag_groups_words_into_entities(tmp_path):
         assert entity["label"] in ("PER", "LOC")
         assert text[entity["start"]:entity["end"]] == entity["text"]
         assert 0 < entity["score"] <= 1
+
+
+# --- lists, batches and compiled buckets ----------------------------------------------------------
+TEXTS = ["the [MASK] sat on the mat .", "a dog [MASK] .", "the man went to the [MASK] and he "
+         "bought some milk and [MASK] .", "[MASK] the quick brown fox jumps over the lazy dog ."]
+
+
+def test_a_list_gives_what_each_input_gives_alone_in_order(tiny_pretrained):
+    m = tiny_pretrained
+    together = m.fill_mask(TEXTS, top_k=3, batch_size=2)   # two batches, sorted by length
+    assert len(together) == len(TEXTS)
+    for text, got in zip(TEXTS, together):
+        alone = m.fill_mask(text, top_k=3)
+        assert [[r["token"] for r in ranked] for ranked in got] == \
+            [[r["token"] for r in ranked] for ranked in alone]
+        np.testing.assert_allclose([[r["score"] for r in ranked] for ranked in got],
+                                   [[r["score"] for r in ranked] for ranked in alone], atol=1e-5)
+    a, b = ["the man went .", "a dog sat on the mat ."], ["he sat .", "the cat ran ."]
+    pairs = m.next_sentence(a, b, batch_size=1)
+    for x, y, got in zip(a, b, pairs):
+        assert got["is_next"] == pytest.approx(m.next_sentence(x, y)["is_next"], abs=1e-5)
+    vectors = m.embed(TEXTS, pooling="mean", batch_size=3)
+    for text, vector in zip(TEXTS, vectors):
+        np.testing.assert_allclose(vector, m.embed(text, pooling="mean")[0], atol=1e-5)
+
+
+def test_repeated_calls_in_one_bucket_do_not_retrace(tiny_pretrained):
+    m = kbert.load(str(tiny_pretrained.checkpoint.path))    # nothing compiled yet
+    m.fill_mask("the dog [MASK] .")                         # builds the (1 text, 16 tokens) bucket
+    traces, shapes = m.trace_count, set(m.bucket_shapes)
+    for text, k in (("a cat [MASK] .", 5), ("the man went to the [MASK] .", 6),
+                    ("[MASK] sat on the mat .", 8)):         # top_k 5-8 share one graph
+        assert len(m.fill_mask(text, top_k=k)[0]) == k      # other texts, same bucket
+    assert m.trace_count == traces and set(m.bucket_shapes) == shapes
+    m.fill_mask(TEXTS[:3])                                  # a new bucket: 4 rows ...
+    m.fill_mask(TEXTS[1:4])                                 # ... reused by other 3-text lists
+    new = set(m.bucket_shapes) - shapes
+    assert len(new) == 1 and all(dict(s)["input_ids"][0] == 4 for _, s in new)
+    if m.trace_count:                                       # compiled (TensorFlow, JAX)
+        assert m.trace_count == traces + 1
+
+
+def test_bucket_shapes():
+    from kbert.pipeline import bucket_batch, bucket_length
+    assert [bucket_length(n, 512) for n in (1, 16, 17, 500, 512)] == [16, 16, 32, 512, 512]
+    assert bucket_length(70, 64) == 64
+    assert [bucket_batch(n, 32) for n in (1, 2, 3, 5, 32)] == [1, 2, 4, 8, 32]
+    assert bucket_batch(20, 24) == 24
+
+
+def _classifier(tmp_path, regression=False):
+    model = kbert.BertClassifier(BertConfig.preset("tiny", vocab_size=120),
+                                 num_labels=1 if regression else 3)
+    options = {"problem": "regression"} if regression else {"labels": ["neg", "neu", "pos"]}
+    return _save_task(tmp_path, model, {"classifier": options})
+
+
+def test_classify_lists_and_pairs(tmp_path):
+    m = _classifier(tmp_path)
+    one = m.classify("the dog sat .")
+    assert set(one) == {"neg", "neu", "pos"} and sum(one.values()) == pytest.approx(1.0)
+    texts, pairs = ["the dog sat .", "a man went to the store ."], ["he ran .", "the cat ."]
+    for text, pair, got in zip(texts, pairs, m.classify(texts, pairs, batch_size=1)):
+        alone = m.classify(text, pair)
+        assert got == pytest.approx(alone, abs=1e-5)
+    with pytest.raises(ValueError, match="same length"):
+        m.classify(texts, pairs[:1])
+
+
+def test_answer_and_tag_take_lists(tmp_path):
+    m = _save_task(tmp_path, kbert.BertQuestionAnswerer(BertConfig.preset("tiny", vocab_size=120)),
+                   {"span": {"version": "1.1"}})
+    questions = ["what did he buy ?", "who sat ?"]
+    contexts = ["the man went to the store . he bought milk . " * 40, "the dog sat on the mat ."]
+    both = m.answer(questions, contexts, top_k=3, batch_size=2)
+    for q, c, got in zip(questions, contexts, both):
+        alone = m.answer(q, c, top_k=3)
+        assert [a["text"] for a in got] == [a["text"] for a in alone]
+        assert [a["score"] for a in got] == pytest.approx([a["score"] for a in alone], abs=1e-5)
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    tagger = kbert.BertTokenClassifier(BertConfig.preset("tiny", vocab_size=120), num_labels=5)
+    t = _save_task(tmp_path, tagger, {"tagger": {"labels": labels}})
+    texts = ["the quick brown fox went to paris", "a dog", "\x00"]
+    assert t.tag(texts, batch_size=1) == [t.tag(x) for x in texts]
+    assert t.tag("\x00") == []                              # no tokens: no entities
+
+
+# --- bad input: one clear ValueError --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_squad(tmp_path_factory):
+    path = tmp_path_factory.mktemp("squad") / "tiny"
+    model = kbert.BertQuestionAnswerer(BertConfig.preset("tiny", vocab_size=120))
+    checkpoint.save(path, model, vocab=tiny_vocab(size=120), head_options={"span": {}})
+    return kbert.load(str(path))
+
+
+@pytest.mark.parametrize("option, value", [
+    ("doc_stride", 0), ("doc_stride", -5), ("max_seq_length", 0), ("max_seq_length", -1),
+    ("max_answer_length", 0), ("top_k", 0), ("top_k", -1), ("batch_size", 0),
+    ("doc_stride", 1.5), ("top_k", "3"),
+])
+def test_answer_refuses_bad_options(tiny_squad, option, value):
+    with pytest.raises(ValueError, match=f"answer: {option} must be an integer"):
+        tiny_squad.answer("who sat ?", "the dog sat on the mat .", **{option: value})
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.fill_mask("the [MASK] .", top_k=0),
+    lambda m: m.fill_mask("the [MASK] .", batch_size=0),
+    lambda m: m.next_sentence("a .", "b .", batch_size=-1),
+    lambda m: m.embed(["a ."], batch_size=0),
+])
+def test_other_methods_refuse_bad_options(tiny_pretrained, call):
+    with pytest.raises(ValueError, match="must be an integer >= 1"):
+        call(tiny_pretrained)
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.next_sentence("", ""),
+    lambda m: m.next_sentence("the dog sat .", "  "),
+    lambda m: m.fill_mask(""),
+    lambda m: m.embed(["the dog", ""]),
+    lambda m: m.embed([]),
+    lambda m: m.fill_mask([None]),
+])
+def test_empty_inputs_are_refused(tiny_pretrained, call):
+    with pytest.raises(ValueError, match="empty|not a string"):
+        call(tiny_pretrained)
+
+
+def test_export_options_are_checked():
+    from kbert.serving import ExportOptions
+    for bad in ({"doc_stride": 0}, {"top_k": -1}, {"max_answer_length": 0},
+                {"answer_seq_length": 4}, {"window_batch": 0}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be an integer"):
+            ExportOptions(**bad)
+    assert ExportOptions(doc_stride=64).doc_stride == 64
+
+
+# --- cold start -----------------------------------------------------------------------------------
+def test_import_and_cli_parsing_load_no_tensorflow():
+    code = ("import sys, kbert; from kbert import cli\n"
+            "for argv in (['--help'], ['export', '--help'], ['finetune', '--help'],\n"
+            "             ['app', '--help'], ['export', 'x', '--output', 'y', '--top-k', '0'],\n"
+            "             ['finetune', 'nosuchtask']):\n"
+            "    try:\n"
+            "        cli.build_parser().parse_args(argv)\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "heavy = [m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules]\n"
+            "print('heavy:', heavy)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip().splitlines()[-1] == "heavy: []"
+    assert "--top-k: must be >= 1, got 0" in done.stderr
+    assert "invalid choice: 'nosuchtask'" in done.stderr
+
+
+def test_cli_task_names_are_the_registry():
+    from kbert.cli import TASK_NAMES
+    from kbert.finetune.tasks import TASKS
+    assert tuple(TASK_NAMES) == tuple(TASKS)
+
+
+def test_every_public_name_resolves():
+    assert kbert.__all__ and all(getattr(kbert, name) is not None for name in kbert.__all__)
+    assert set(kbert.__all__) <= set(dir(kbert))
