@@ -206,7 +206,7 @@ def _attentions(model, key, text, text_b):
     n = len(a) + (len(b) + 1 if b is not None else 0) + 2
     limit = min(MAX_ATTENTION_TOKENS, model.max_seq_length)
     features, _ = tok.pack([a], None if b is None else [b], max_seq_length=limit)
-    from keras import ops   # the backbone is a Keras model: its outputs are backend tensors
+    from keras import ops  # the backbone is a Keras model: its outputs are backend tensors
     attentions = model.backbone(features, output_attentions=True)["attentions"]
     value = (features["input_ids"][0].tolist(),
              np.stack([ops.convert_to_numpy(layer)[0] for layer in attentions]), n)

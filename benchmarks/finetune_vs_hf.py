@@ -127,8 +127,8 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
     from kbert.finetune import PAD_TO_MULTIPLE, batching
     from kbert.finetune.tasks import get_task
     from kbert.models import BertClassifier
-    from kbert.tokenizer import Tokenizer
     from kbert.optimization import create_optimizer
+    from kbert.tokenizer import Tokenizer
 
     torch.manual_seed(args.seed)
     keras.utils.set_random_seed(args.seed)

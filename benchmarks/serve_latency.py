@@ -290,7 +290,7 @@ def main(argv=None):
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
-    from kbert import convert, serving
+    from kbert import convert
 
     if args.child_paths:   # one more backend, for the parent process
         import keras

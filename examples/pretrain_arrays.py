@@ -150,9 +150,9 @@ def train(args):
     import keras
 
     from kbert import checkpoint
+    from kbert.optimization import create_optimizer
     from kbert.training import build_pretrainer
     from kbert.training.callbacks import StopAfter, TrainingMetrics
-    from kbert.optimization import create_optimizer
 
     started = time.perf_counter()
     keras.utils.set_random_seed(args.seed)

@@ -21,10 +21,22 @@ import keras
 import numpy as np
 
 from kbert.config import BertConfig, read_vocab, shown, write_vocab
-from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
-                         SpanHead, TokenClassificationHead)
-from kbert.models import (BertBackbone, BertClassifier, BertMultipleChoice, BertPretrainer,
-                          BertQuestionAnswerer, BertTokenClassifier)
+from kbert.heads import (
+    ClassificationHead,
+    MaskedLMHead,
+    MultipleChoiceHead,
+    NextSentenceHead,
+    SpanHead,
+    TokenClassificationHead,
+)
+from kbert.models import (
+    BertBackbone,
+    BertClassifier,
+    BertMultipleChoice,
+    BertPretrainer,
+    BertQuestionAnswerer,
+    BertTokenClassifier,
+)
 
 WEIGHTS_FILE = "model.safetensors"
 HEAD_NAMES = ("mlm", "nsp", "classifier", "tagger", "span", "choice")

@@ -18,8 +18,14 @@ import keras
 from keras import ops
 
 from kbert.config import BertConfig
-from kbert.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead, NextSentenceHead,
-                         SpanHead, TokenClassificationHead)
+from kbert.heads import (
+    ClassificationHead,
+    MaskedLMHead,
+    MultipleChoiceHead,
+    NextSentenceHead,
+    SpanHead,
+    TokenClassificationHead,
+)
 from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
 from kbert.optimization import create_optimizer
 

@@ -48,8 +48,10 @@ def _positive_int(method, name, value, minimum=1):
     return int(value)
 
 
-def _texts(method, value, what="text"):
-    """(list of strings, whether one string was given); refuses empty or non-string input."""
+def _texts(method, value, what="text", allow_empty=False):
+    """(list of strings, whether one string was given); refuses non-string input, and empty
+    text unless `allow_empty` (an empty text still has a [CLS] vector, a class and no entities;
+    it has no next sentence and no answer)."""
     single = isinstance(value, str)
     items = [value] if single else value
     if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
@@ -62,15 +64,15 @@ def _texts(method, value, what="text"):
         where = f"the {what}" if single else f"{what} {i}"
         if not isinstance(item, str):
             raise ValueError(f"{method}: {where} is a {type(item).__name__}, not a string")
-        if not item.strip():
+        if not allow_empty and not item.strip():
             raise ValueError(f"{method}: {where} is empty")
     return items, single
 
 
-def _pairs(method, first, second, what=("sentence_a", "sentence_b")):
+def _pairs(method, first, second, what=("sentence_a", "sentence_b"), allow_empty=False):
     """Two parallel lists of texts (both single strings or both lists of the same length)."""
-    a, single_a = _texts(method, first, what[0])
-    b, single_b = _texts(method, second, what[1])
+    a, single_a = _texts(method, first, what[0], allow_empty)
+    b, single_b = _texts(method, second, what[1], allow_empty)
     if single_a != single_b or len(a) != len(b):
         raise ValueError(f"{method}: {what[0]} and {what[1]} must both be strings or lists of "
                          f"the same length (got {len(a)} and {len(b)})")
@@ -332,7 +334,7 @@ class Bert:
         """Sentence vectors [n, hidden_size]: the `[CLS]` hidden state or the masked mean."""
         if pooling not in ("cls", "mean"):
             raise ValueError(f"embed: pooling must be 'cls' or 'mean', got {pooling!r}")
-        texts, _ = _texts("embed", texts)
+        texts, _ = _texts("embed", texts, allow_empty=True)
         batch_size = _positive_int("embed", "batch_size", batch_size)
         ids = self.tokenizer.encode_batch(texts)
         out = np.zeros((len(texts), self.config.hidden_size), np.float32)
@@ -347,10 +349,11 @@ class Bert:
         """{label: probability} (or {"score": value} for a regression head); a list of them
         for a list of texts."""
         if text_pair is None:
-            first, single = _texts("classify", text)
+            first, single = _texts("classify", text, allow_empty=True)
             second = [None] * len(first)
         else:
-            first, second, single = _pairs("classify", text, text_pair, ("text", "text_pair"))
+            first, second, single = _pairs("classify", text, text_pair, ("text", "text_pair"),
+                                           allow_empty=True)
         batch_size = _positive_int("classify", "batch_size", batch_size)
         self._require("classifier", "classify")
         options = self.checkpoint.head_options.get("classifier", {})
@@ -445,7 +448,7 @@ class Bert:
         """
         from kbert.finetune.metrics import entities
 
-        texts, single = _texts("tag", text)
+        texts, single = _texts("tag", text, allow_empty=True)
         batch_size = _positive_int("tag", "batch_size", batch_size)
         self._require("tagger", "tag")
         labels = self.checkpoint.head_options["tagger"]["labels"]

@@ -2,7 +2,6 @@
 
 import importlib.util
 import os
-
 import pathlib
 
 import numpy as np

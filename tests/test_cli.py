@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from kbert import cli
 from helpers import tiny_vocab, write_vocab
+from kbert import cli
 
 
 def _error(capsys, *argv, code=2):

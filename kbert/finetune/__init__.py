@@ -9,8 +9,14 @@
     loop.py        `finetune` (train, score dev each epoch, keep the best) and `evaluate`
 """
 
-from kbert.finetune.loop import (PAD_TO_MULTIPLE, FinetuneResult, KeepBest, evaluate, finetune,
-                                 predict)
+from kbert.finetune.loop import (
+                                 PAD_TO_MULTIPLE,
+                                 FinetuneResult,
+                                 KeepBest,
+                                 evaluate,
+                                 finetune,
+                                 predict,
+)
 from kbert.finetune.tasks import TASKS, get_task
 
 __all__ = ["PAD_TO_MULTIPLE", "TASKS", "FinetuneResult", "KeepBest", "evaluate", "finetune",

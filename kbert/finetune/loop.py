@@ -26,9 +26,9 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
+from kbert.finetune import batching
 from kbert.finetune.tasks import TASKS, get_task
 from kbert.optimization import create_optimizer
-from kbert.finetune import batching
 from kbert.tokenizer import Tokenizer
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")

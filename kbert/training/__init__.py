@@ -11,9 +11,9 @@ in `kbert/optimization.py`, because the task models' `compile()` defaults use th
 Nothing here needs TensorFlow except reading the TFRecords (`kbert.data.inputs`, on use).
 """
 
+from kbert.optimization import create_optimizer
 from kbert.training.distribution import Distribution, select_distribution
 from kbert.training.loop import PretrainResult, build_pretrainer, evaluate_pretraining, pretrain
-from kbert.optimization import create_optimizer
 
 __all__ = ["Distribution", "PretrainResult", "build_pretrainer", "create_optimizer",
            "evaluate_pretraining", "pretrain", "select_distribution"]

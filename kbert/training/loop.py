@@ -28,9 +28,9 @@ import numpy as np
 from kbert import checkpoint as checkpoint_lib
 from kbert.config import PRESETS, BertConfig, read_vocab
 from kbert.models import BertPretrainer
+from kbert.optimization import OPTIMIZERS, batches_seen, create_optimizer
 from kbert.training.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
 from kbert.training.distribution import STRATEGIES, Distribution, select_distribution
-from kbert.optimization import OPTIMIZERS, batches_seen, create_optimizer
 
 __all__ = ["Distribution", "PretrainResult", "build_pretrainer", "evaluate_pretraining",
            "pretrain", "select_distribution"]

@@ -14,8 +14,7 @@ import sys
 
 import pytest
 
-from helpers import REPO
-from helpers import tiny_vocab
+from helpers import REPO, tiny_vocab
 
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
@@ -51,7 +50,8 @@ def _tiny(path, kind, **head_options):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(url, {head: model name}, registry) of a running app."""
-    from app import registry as registry_lib, server
+    from app import registry as registry_lib
+    from app import server
     shipped = registry_lib.discover(REPO / "saved_models")
     tmp = tmp_path_factory.mktemp("app")
     extra = []

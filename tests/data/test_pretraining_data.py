@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import tiny_vocab, write_vocab
 from kbert import cli
 from kbert.data import pretraining
 from kbert.data.inputs import DynamicMasking, feature_spec, pretraining_dataset, unmask
 from kbert.data.sentences import read_documents, split_sentences
 from kbert.tokenizer import Tokenizer
-
-from helpers import tiny_vocab, write_vocab
 
 WORDS = ("the a man went to store he bought milk paris is capital of france dog cat sat on "
          "mat").split()

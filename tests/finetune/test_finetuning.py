@@ -11,11 +11,10 @@ import pytest
 from keras import ops
 
 import kbert
+from helpers import REPO, tiny_vocab
 from kbert import BertConfig, checkpoint, cli, finetune
 from kbert.finetune.tasks import get_task
 from kbert.tokenizer import Tokenizer
-from helpers import REPO
-from helpers import tiny_vocab
 
 NOUNS = "man dog cat fox store milk mat paris france".split()
 FAST = dict(batch_size=8, warmup=0.1, verbose=False, jit_compile=False)

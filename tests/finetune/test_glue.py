@@ -5,8 +5,8 @@ import collections
 import numpy as np
 import pytest
 
-from kbert.finetune import batching, glue
 from helpers import uncased_tokenizer
+from kbert.finetune import batching, glue
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from kbert.finetune import ner
 from helpers import uncased_tokenizer
+from kbert.finetune import ner
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from helpers import tiny_vocab
 from kbert import BertConfig, checkpoint, cli, preprocessing
 from kbert.finetune import glue, ner, userdata
-from kbert.tokenizer import Tokenizer
 from kbert.optimization import AdamW, WarmupLinearDecay
-from helpers import tiny_vocab
+from kbert.tokenizer import Tokenizer
 
 NOUNS = "man dog cat fox store milk mat paris france".split()
 KEYWORDS = {"good": "pos", "bad": "neg", "quick": "fast"}

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from kbert.finetune import glue, ner, squad
 from helpers import uncased_tokenizer
+from kbert.finetune import glue, ner, squad
 
 
 @pytest.fixture(scope="module")

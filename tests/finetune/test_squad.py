@@ -5,11 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from kbert.finetune import metrics
-from kbert.finetune import squad
-from kbert.finetune.squad_postprocess import (apply_null_threshold, postprocess,
-                                           tune_null_threshold)
 from helpers import uncased_tokenizer
+from kbert.finetune import metrics, squad
+from kbert.finetune.squad_postprocess import apply_null_threshold, postprocess, tune_null_threshold
 
 
 @pytest.fixture(scope="module")

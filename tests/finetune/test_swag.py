@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from kbert.finetune import batching, swag
 from helpers import uncased_tokenizer
+from kbert.finetune import batching, swag
 
 HEADER = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2," \
          "ending3,label\n"

@@ -10,8 +10,8 @@ import pytest
 from keras import ops
 
 import kbert
-from kbert import BertConfig, checkpoint
 from helpers import random_inputs, tiny_vocab
+from kbert import BertConfig, checkpoint
 
 pytestmark = pytest.mark.multibackend
 VOCAB = tiny_vocab(size=120)

@@ -7,9 +7,8 @@ import transformers
 from keras import ops
 
 import kbert
+from helpers import max_abs_diff, minilm_dir, random_inputs, tiny_vocab, torch_inputs, write_vocab
 from kbert.convert import convert
-from helpers import (max_abs_diff, minilm_dir, random_inputs, tiny_vocab, torch_inputs,
-                           write_vocab)
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4

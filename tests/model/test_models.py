@@ -9,8 +9,8 @@ import tensorflow as tf
 from keras import ops
 
 import kbert
-from kbert import BertConfig
 from helpers import random_inputs
+from kbert import BertConfig
 
 pytestmark = pytest.mark.multibackend
 TINY = dict(vocab_size=120, max_position_embeddings=64)

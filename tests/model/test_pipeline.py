@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import kbert
-from kbert import BertConfig, checkpoint
 from helpers import REPO, tiny_vocab
+from kbert import BertConfig, checkpoint
 
 pytestmark = pytest.mark.multibackend
 

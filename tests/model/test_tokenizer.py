@@ -187,8 +187,9 @@ def test_build_vocab_cli(tmp_path, capsys):
 
 # --- vocabulary files --------------------------------------------------------------------------
 def test_duplicate_vocab_token_later_id_wins_as_in_transformers(tmp_path, caplog):
-    from helpers import tiny_vocab
     from transformers import BertTokenizer
+
+    from helpers import tiny_vocab
     vocab = tiny_vocab() + ["dog", "cat"]            # "dog" and "cat" listed a second time
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(vocab) + "\n", encoding="utf-8")

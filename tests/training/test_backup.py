@@ -7,11 +7,10 @@ import signal
 import keras
 import numpy as np
 import pytest
-
-from kbert.training.callbacks import Backup
-from kbert.optimization import batches_seen, create_optimizer
-
 from test_training import _setup, _weights
+
+from kbert.optimization import batches_seen, create_optimizer
+from kbert.training.callbacks import Backup
 
 
 class Killed(BaseException):
