@@ -219,13 +219,20 @@ def test_other_methods_refuse_bad_options(tiny_pretrained, call):
     lambda m: m.next_sentence("", ""),
     lambda m: m.next_sentence("the dog sat .", "  "),
     lambda m: m.fill_mask(""),
-    lambda m: m.embed(["the dog", ""]),
+    lambda m: m.next_sentence(["the dog sat ."], [""]),
     lambda m: m.embed([]),
     lambda m: m.fill_mask([None]),
 ])
 def test_empty_inputs_are_refused(tiny_pretrained, call):
     with pytest.raises(ValueError, match="empty|not a string"):
         call(tiny_pretrained)
+
+
+def test_empty_text_still_has_a_vector(tiny_pretrained):
+    # As in HF: "" is [CLS] [SEP], so it has an embedding (only next_sentence/answer refuse it).
+    vectors = tiny_pretrained.embed(["the dog", ""])
+    assert vectors.shape == (2, tiny_pretrained.config.hidden_size)
+    np.testing.assert_allclose(vectors[1], tiny_pretrained.embed([""])[0], atol=1e-5)
 
 
 def test_export_options_are_checked():
