@@ -12,22 +12,12 @@ from keras import ops
 
 import kbert
 from helpers import REPO, tiny_vocab
-from kbert import BertConfig, checkpoint, cli, finetune
+from kbert import checkpoint, cli, finetune
 from kbert.finetune.tasks import get_task
 from kbert.tokenizer import Tokenizer
 
 NOUNS = "man dog cat fox store milk mat paris france".split()
 FAST = dict(batch_size=8, warmup=0.1, verbose=False, jit_compile=False)
-
-
-@pytest.fixture(scope="module")
-def tiny_init(tmp_path_factory):
-    """A randomly initialised tiny encoder (no heads), saved as a checkpoint."""
-    path = tmp_path_factory.mktemp("init") / "tiny"
-    config = BertConfig.preset("tiny", vocab_size=len(tiny_vocab()), max_position_embeddings=64,
-                               dropout=0.0, attention_dropout=0.0)
-    checkpoint.save(path, kbert.BertBackbone(config), vocab=tiny_vocab())
-    return str(path)
 
 
 def _keyword_rows(n, seed):

@@ -11,22 +11,13 @@ import tensorflow as tf
 
 import kbert
 from helpers import tiny_vocab
-from kbert import BertConfig, checkpoint, cli, preprocessing
+from kbert import cli, preprocessing
 from kbert.finetune import glue, ner, userdata
 from kbert.optimization import AdamW, WarmupLinearDecay
 from kbert.tokenizer import Tokenizer
 
 NOUNS = "man dog cat fox store milk mat paris france".split()
 KEYWORDS = {"good": "pos", "bad": "neg", "quick": "fast"}
-
-
-@pytest.fixture(scope="module")
-def tiny_init(tmp_path_factory):
-    path = tmp_path_factory.mktemp("init") / "tiny"
-    config = BertConfig.preset("tiny", vocab_size=len(tiny_vocab()), max_position_embeddings=64,
-                               dropout=0.0, attention_dropout=0.0)
-    checkpoint.save(path, kbert.BertBackbone(config), vocab=tiny_vocab())
-    return str(path)
 
 
 def _reviews(n, seed):
