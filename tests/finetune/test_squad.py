@@ -159,7 +159,7 @@ def test_span_rules_length_and_order(tokenizer):
 # --- real data -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def real_v1(tokenizer):
-    from conftest import SHARED_DATA
+    from helpers import SHARED_DATA
     path = SHARED_DATA / "squad" / "dev-v1.1-part-a.json"
     if not path.is_file():
         pytest.skip("../shared/data is not available")
