@@ -165,8 +165,19 @@ def _run_create_pretraining_data(args):
 # --- pretrain ------------------------------------------------------------------------------------
 def _add_pretrain(sub):
     p = sub.add_parser("pretrain", help="masked LM + next sentence pretraining with model.fit")
-    p.add_argument("--data", nargs="+", required=True, metavar="DIR",
-                   help="TFRecord shard directory (two for the 128-then-512 two-phase schedule)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", nargs="+", metavar="DIR",
+                        help="TFRecord shard directory (two for the 128-then-512 two-phase "
+                             "schedule)")
+    source.add_argument("--text", nargs="+", metavar="FILE",
+                        help="text files, read, packed and masked anew each epoch in tf.data "
+                             "(no shards)")
+    p.add_argument("--text-mode", default="nsp", choices=("nsp", "full_sentences"),
+                   help="--text: BERT's sentence pairs with NSP, or RoBERTa's FULL-SENTENCES "
+                        "packing without NSP")
+    p.add_argument("--data-service", metavar="ADDRESS",
+                   help="--text: a tf.data service dispatcher (grpc://host:port) whose workers "
+                        "prepare the batches (kbert data-service)")
     p.add_argument("--config", help="tiny, mini, small, medium, base, large or a config.json "
                                     "(default: base, or the --init checkpoint's)")
     p.add_argument("--init", help="checkpoint to continue from (missing MLM/NSP heads are new)")
@@ -178,8 +189,10 @@ def _add_pretrain(sub):
     p.add_argument("--warmup-steps", type=int, help="default: 1%% of --steps")
     p.add_argument("--learning-rate", type=float, default=1e-4, help="peak learning rate")
     p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--max-seq-length", type=int, help="check the shards have this length")
-    p.add_argument("--max-predictions-per-seq", type=int, help="check the shards have this P")
+    p.add_argument("--max-seq-length", type=int,
+                   help="check the shards have this length (--text: the length, default 128)")
+    p.add_argument("--max-predictions-per-seq", type=int,
+                   help="check the shards have this P (--text: P, default 20)")
     p.add_argument("--optimizer", default="adamw", choices=("adamw", "lamb"))
     p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"))
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
@@ -201,7 +214,8 @@ def _run_pretrain(args):
     _check_output_dir(args.output)
     jit = {"auto": "auto", "on": True, "off": False}[args.jit_compile]
     result = training.pretrain(
-        args.data, args.output, config=args.config, init=args.init, vocab=args.vocab,
+        args.data, args.output, text=args.text, text_mode=args.text_mode,
+        data_service=args.data_service, config=args.config, init=args.init, vocab=args.vocab,
         batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
         learning_rate=args.learning_rate, max_seq_length=args.max_seq_length,
         max_predictions_per_seq=args.max_predictions_per_seq, optimizer=args.optimizer,
@@ -213,6 +227,36 @@ def _run_pretrain(args):
     if result.interrupted:
         raise KeyboardInterrupt
     print(f"wrote {result.output}: {result.steps} steps in {result.wall_seconds:.0f}s")
+
+
+# --- data-service --------------------------------------------------------------------------------
+def _add_data_service(sub):
+    p = sub.add_parser("data-service", help="run a tf.data service dispatcher or worker that "
+                                            "prepares `pretrain --text` batches on other hosts")
+    p.add_argument("role", choices=("dispatcher", "worker"))
+    p.add_argument("--port", type=int, default=None,
+                   help="port to serve on (default: dispatcher 5050, worker 5051)")
+    p.add_argument("--dispatcher", metavar="HOST:PORT", help="worker: the dispatcher's address")
+    p.add_argument("--worker-address", metavar="HOST:PORT",
+                   help="worker: the address trainers reach it at (default localhost:PORT; "
+                        "on a cluster this host's name and the port)")
+    p.add_argument("--work-dir", help="dispatcher: a shared directory for its journal, so a "
+                                      "restarted dispatcher resumes its jobs")
+    p.set_defaults(func=_run_data_service)
+
+
+def _run_data_service(args):
+    from kbert.data import text
+    if args.role == "worker" and not args.dispatcher:
+        raise CliError("a worker needs --dispatcher HOST:PORT")
+    if args.role == "dispatcher":
+        port = 5050 if args.port is None else args.port
+        server = text.serve_dispatcher(port, args.work_dir)
+    else:
+        port = 5051 if args.port is None else args.port
+        server = text.serve_worker(args.dispatcher, port, args.worker_address)
+    print(f"kbert data-service: {args.role} serving on port {port} (Ctrl-C stops it)", flush=True)
+    server.join()
 
 
 # --- finetune / evaluate -------------------------------------------------------------------------
@@ -359,7 +403,7 @@ def build_parser():
                         help="show the traceback of an error (also: KBERT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain,
-                _add_finetune, _add_evaluate, _add_export, _add_app):
+                _add_data_service, _add_finetune, _add_evaluate, _add_export, _add_app):
         add(sub)
     for command in sub.choices.values():       # `kbert COMMAND ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -113,8 +113,10 @@ def pretraining_targets(features):
     """Splits an original-BERT feature dict into the (x, y, sample_weight) `fit` expects."""
     x = {k: features[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
     y = {"mlm_logits": features["masked_lm_ids"], "nsp_logits": features["next_sentence_labels"]}
-    weights = {"mlm_logits": features["masked_lm_weights"],
-               "nsp_logits": tf.ones_like(tf.cast(features["next_sentence_labels"], tf.float32))}
+    nsp_weights = features.get("next_sentence_weights")     # 0 where there is no NSP pair
+    if nsp_weights is None:
+        nsp_weights = tf.ones_like(tf.cast(features["next_sentence_labels"], tf.float32))
+    weights = {"mlm_logits": features["masked_lm_weights"], "nsp_logits": nsp_weights}
     return x, y, weights
 
 

@@ -112,6 +112,12 @@ class Settings:
     tpu: str
     backup_dir: str
     shuffle_buffer: int
+    text_mode: str = None       # None: `datas` are shards; else each is a list of text files
+    data_service: str = None
+
+    @property
+    def from_text(self):
+        return self.text_mode is not None
 
     @property
     def steps(self):
@@ -124,7 +130,7 @@ class Settings:
     def resume_key(self, model_config, vocab):
         """The settings that decide the weights a run ends with (not where it logs or how
         often it saves): a backup made with other ones is not resumed."""
-        return {"data": [os.path.abspath(d) for d in self.datas],
+        return {"data": [_abspath(d) for d in self.datas], "text_mode": self.text_mode,
                 "phase_steps": self.phase_steps, "config": model_config.to_dict(),
                 "init": os.path.abspath(self.init) if self.init else None,
                 "vocab_sha256": hashlib.sha256("\n".join(vocab).encode()).hexdigest(),
@@ -133,6 +139,11 @@ class Settings:
                 "weight_decay": self.weight_decay, "mixed_precision": self.mixed_precision,
                 "accumulate": self.accumulate, "dynamic_masking": self.dynamic_masking,
                 "seed": self.seed, "shuffle_buffer": self.shuffle_buffer}
+
+
+def _abspath(data):
+    return ([os.path.abspath(f) for f in data] if isinstance(data, (list, tuple))
+            else os.path.abspath(data))
 
 
 @dataclasses.dataclass
@@ -144,7 +155,7 @@ class Phase:
     make_stream: object         # skip -> a tf.data stream of feature batches from `start + skip`
 
 
-def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = None,
+def pretrain(data: str | os.PathLike | list | None = None, output: str | os.PathLike | None = None,
              config: BertConfig | dict | str | None = None, init: str | os.PathLike | None = None,
              vocab: str | list[str] | None = None, batch_size: int = 32, steps: int = 1000,
              warmup_steps: int | None = None, learning_rate: float = 1e-4,
@@ -156,7 +167,8 @@ def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = 
              tpu: str | None = None, backup_dir: str | None = None, log_dir: str | None = None,
              save_dtype: str = "float32", verbose: bool | str = "auto",
              model_card: str | None = None, shuffle_buffer: int = 10000,
-             callbacks: tuple | list = ()) -> "PretrainResult":
+             callbacks: tuple | list = (), text: str | list | None = None,
+             text_mode: str = "nsp", data_service: str | None = None) -> "PretrainResult":
     """Pretrains (MLM + NSP) and writes a kbert checkpoint directory to `output`.
 
     Args:
@@ -169,6 +181,13 @@ def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = 
             a killed run started again with the same arguments resumes from the last one, a
             run with other settings is refused, and a finished run removes its backups.
         dynamic_masking: re-draw the masks of every batch (RoBERTa) instead of the stored ones.
+        text: text files to train on straight, instead of shards (`data=None`): read,
+            tokenized, packed and masked anew each epoch in tf.data
+            (`kbert.data.text.text_pretraining_dataset`); `max_seq_length` and
+            `max_predictions_per_seq` default to 128 and 20.
+        text_mode: `nsp` (BERT's sentence pairs) or `full_sentences` (RoBERTa's packing, no NSP).
+        data_service: a tf.data service dispatcher (`grpc://host:port`) whose workers prepare
+            the text batches (see docs/pretraining.md).
 
     The steps, each a function below: `validate_settings` → `select_distribution` →
     `build_model_and_optimizer` → `make_phases` → `make_callbacks` → `fit_phases` →
@@ -183,15 +202,15 @@ def pretrain(data: str | os.PathLike | list, output: str | os.PathLike | None = 
         data, output, config, init, vocab, batch_size, steps, warmup_steps, learning_rate,
         max_seq_length, max_predictions_per_seq, optimizer, weight_decay, mixed_precision,
         jit_compile, checkpoint_every, accumulate, dynamic_masking, phase_steps, seed, strategy,
-        tpu, backup_dir, shuffle_buffer)
+        tpu, backup_dir, shuffle_buffer, text, text_mode, data_service)
     dist = select_distribution(settings.strategy, settings.tpu)  # first: collectives need a
-    shapes = _shard_shapes(settings.datas)                       # fresh runtime
+    shapes = _data_shapes(settings)                              # fresh runtime
     keras.utils.set_random_seed(settings.seed)
     model, vocab, do_lower_case = build_model_and_optimizer(settings, dist, shapes)
     backup = Backup(_backup_dir(settings, dist), settings.checkpoint_every * settings.accumulate,
                     settings.resume_key(model.config, vocab))
     seen = backup.restore(model)
-    phases = make_phases(settings, vocab, shapes)
+    phases = make_phases(settings, vocab, shapes, do_lower_case)
     stop, all_callbacks = make_callbacks(settings, backup, log_dir, callbacks)
     history, seen = fit_phases(model, phases, seen, dist, stop, all_callbacks, settings, verbose)
     result = PretrainResult(model, seen // settings.accumulate, history, backup.interrupted)
@@ -207,10 +226,18 @@ def validate_settings(data, output, config, init, vocab, batch_size, steps, warm
                       learning_rate, max_seq_length, max_predictions_per_seq, optimizer,
                       weight_decay, mixed_precision, jit_compile, checkpoint_every, accumulate,
                       dynamic_masking, phase_steps, seed, strategy, tpu, backup_dir,
-                      shuffle_buffer):
+                      shuffle_buffer, text=None, text_mode="nsp", data_service=None):
     """Every argument of `pretrain` checked before any work, each problem in one line."""
-    datas = [data] if isinstance(data, (str, os.PathLike)) else list(data)
-    for d in datas:
+    if (data is None) == (text is None):
+        raise ValueError("pretrain needs shards (data) or text files (text), one of the two")
+    if text is not None:
+        datas = [_text_files(text, text_mode)]
+    else:
+        if data_service:
+            raise ValueError("a data service prepares text (--text), not shards (--data)")
+        text_mode = None
+        datas = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    for d in datas if text is None else []:
         if not os.path.exists(d) and not any(c in str(d) for c in "*?["):
             raise FileNotFoundError(f"pretraining data not found: {d}")
     phase_steps = list(phase_steps) if phase_steps else [steps]
@@ -239,15 +266,31 @@ def validate_settings(data, output, config, init, vocab, batch_size, steps, warm
         raise ValueError("pretrain needs an output directory or a backup_dir")
     if output is not None and os.path.exists(output) and not os.path.isdir(output):
         raise ValueError(f"output {output} exists and is not a directory")
-    return Settings([str(d) for d in datas], phase_steps, output, config, init, vocab,
-                    batch_size, warmup, learning_rate, max_seq_length, max_predictions_per_seq,
-                    optimizer, weight_decay, mixed_precision, jit_compile, checkpoint_every,
-                    accumulate, dynamic_masking, seed, strategy, tpu, backup_dir, shuffle_buffer)
+    return Settings([d if text is not None else str(d) for d in datas], phase_steps, output,
+                    config, init, vocab, batch_size, warmup, learning_rate, max_seq_length,
+                    max_predictions_per_seq, optimizer, weight_decay, mixed_precision,
+                    jit_compile, checkpoint_every, accumulate, dynamic_masking, seed, strategy,
+                    tpu, backup_dir, shuffle_buffer, text_mode, data_service)
 
 
-def _shard_shapes(datas):
+def _text_files(text, mode):
+    """The `text` argument → a checked list of file names."""
+    from kbert.data.sentences import check_inputs
+    from kbert.data.text import MODES  # imported on use: shards need no text pipeline
+    if mode not in MODES:
+        raise ValueError(f"unknown text mode {mode!r}: use {' or '.join(MODES)}")
+    files = [text] if isinstance(text, (str, os.PathLike)) else list(text)
+    check_inputs(files)
+    return [str(f) for f in files]
+
+
+def _data_shapes(settings):
+    """(max_seq_length, max_predictions_per_seq) of each phase: the shards' own, or for
+    text the options (128 and 20 by default)."""
+    if settings.from_text:
+        return [(settings.max_seq_length or 128, settings.max_predictions_per_seq or 20)]
     from kbert.data import inputs
-    return [inputs.shard_shapes(inputs.shard_files(d)) for d in datas]
+    return [inputs.shard_shapes(inputs.shard_files(d)) for d in settings.datas]
 
 
 def build_model_and_optimizer(settings, dist, shapes):
@@ -259,7 +302,8 @@ def build_model_and_optimizer(settings, dist, shapes):
                                                        dtype=s.mixed_precision)
         model({"input_ids": np.ones((1, 4), "int32"),                      # builds the model
                "masked_lm_positions": np.zeros((1, 1), "int32")})
-        _check_data(s.datas, shapes, model.config, s.max_seq_length, s.max_predictions_per_seq)
+        _check_data(s.datas, shapes, model.config, s.max_seq_length, s.max_predictions_per_seq,
+                    s.from_text)
         model.compile(create_optimizer(s.optimizer, s.learning_rate, s.steps, s.warmup_steps,
                                        s.weight_decay, gradient_accumulation_steps=s.accumulate,
                                        loss_scale=s.mixed_precision == "mixed_float16"),
@@ -276,9 +320,11 @@ def _backup_dir(settings, dist):
     return backup_dir
 
 
-def make_phases(settings, vocab, shapes):
+def make_phases(settings, vocab, shapes, do_lower_case=True):
     """One `Phase` per data set: its batch range and a stream that can skip into it."""
     from kbert.data import inputs
+    if settings.from_text:
+        return [_text_phase(settings, vocab, shapes[0], do_lower_case)]
     masking = None
     if settings.dynamic_masking:
         masking = inputs.DynamicMasking(vocab, shapes[0][1])
@@ -292,6 +338,21 @@ def make_phases(settings, vocab, shapes):
                 shuffle_buffer=settings.shuffle_buffer).skip(skip)
         phases.append(Phase(d, start, end, make_stream))
     return phases
+
+
+def _text_phase(settings, vocab, shape, do_lower_case):
+    """The one phase of a run from text. Locally the stream is deterministic and a resumed
+    run skips to its position; from a data service the groups arrive in the workers' order, so
+    a resumed run continues with fresh batches."""
+    from kbert.data.text import text_pretraining_dataset
+    files = settings.datas[0]
+
+    def make_stream(skip):
+        return text_pretraining_dataset(
+            files, vocab, settings.micro_batch, *shape, mode=settings.text_mode,
+            lower_case=do_lower_case, seed=settings.seed, shuffle_buffer=settings.shuffle_buffer,
+            data_service=settings.data_service).skip(skip)
+    return Phase(files, 0, settings.steps * settings.accumulate, make_stream)
 
 
 def make_callbacks(settings, backup, log_dir=None, extra=()):
@@ -350,12 +411,18 @@ def save_checkpoint(model, vocab, do_lower_case, settings, dist, save_dtype="flo
     return target
 
 
-def _check_data(datas, shapes, config, max_seq_length, max_predictions_per_seq):
+def _check_data(datas, shapes, config, max_seq_length, max_predictions_per_seq,
+                from_text=False):
     """Shard shapes against the options and the model; ids against the vocabulary."""
     import tensorflow as tf
 
     from kbert.data import inputs
     for d, (seq, preds) in zip(datas, shapes):
+        if from_text:
+            if seq > config.max_position_embeddings:
+                raise ValueError(f"--max-seq-length {seq} exceeds the model's "
+                                 f"max_position_embeddings {config.max_position_embeddings}")
+            continue
         if max_seq_length and len(datas) == 1 and seq != max_seq_length:
             raise ValueError(f"{d}: shards have max_seq_length {seq}, not {max_seq_length}")
         if max_predictions_per_seq and preds != max_predictions_per_seq:

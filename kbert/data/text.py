@@ -1,0 +1,430 @@
+"""Pretraining straight from text inside tf.data, locally or served by tf.data service.
+
+One pipeline turns text files into batches of the original BERT features (the ones
+`kbert.data.inputs.pretraining_dataset` reads from shards), masked anew every epoch:
+
+    files ─ split_source ─► (epoch, group of files) ─ read_group ─► documents of sentences
+          ─ nsp_instances | full_sentence_instances ─► sequences ─ DynamicMasking ─► features
+          ─ [tf.data service] ─► unbatch, shuffle, batch
+
+- `text_pretraining_dataset`: the whole pipeline (`kbert pretrain --text`).
+- `split_source`, `group_files`: the splittable source, one element per (epoch, group of files);
+  everything random after it is seeded by that element, so a group gives the same sequences and
+  masks on whichever worker processes it.
+- `split_sentences_graph`: `kbert.data.sentences.split_sentences` as TensorFlow ops (its twin:
+  tests/data/test_text_stream.py holds the two equal), and `read_group`: the same file layouts as
+  `kbert.data.sentences.read_documents`. In graph ops, because tf.data service runs the dataset
+  graph on other hosts, where Python functions cannot go.
+- `nsp_instances`: BERT's segment pairs, 50% IsNext / 50% NotNext (B from another document).
+- `full_sentence_instances`: RoBERTa's FULL-SENTENCES, contiguous sentences packed up to the
+  length across documents (an extra `[SEP]` between documents), no next sentence prediction.
+- `serve_dispatcher`, `serve_worker`: the tf.data service processes (`kbert data-service`).
+
+Example:
+>>> ds = text_pretraining_dataset(["a.txt"], "vocab.txt", batch_size=32)    # doctest: +SKIP
+>>> ds = ds.map(pretraining_targets)                                        # doctest: +SKIP
+"""
+
+import math
+import os
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from kbert.data.inputs import DynamicMasking
+from kbert.data.sentences import ABBREVIATIONS, check_inputs
+from kbert.tokenizer import Tokenizer
+
+MODES = ("nsp", "full_sentences")
+FILES_PER_GROUP = 16
+
+# The patterns of `kbert.data.sentences` (its `_END`, `_OPENERS`, `_DOTTED`) in RE2 syntax.
+_PUNCT = "[.!?\u2026]"
+_CLOSERS = "[\"'\u201d\u2019)\\]\u00bb]"
+_OPENERS = "[\"'\u201c\u2018(\\[\u00ab]"
+_SPACE = r"[\s\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]+"
+# str.splitlines' line ends (a lone \r, \v, \f, file/group/record separators, NEL, LS, PS).
+_LINE_END = r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x{85}\x{2028}\x{2029}]"
+
+
+# --- text → documents of sentences ---------------------------------------------------------------
+def split_sentences_graph(lines, split=None):
+    """Lines [L] → their sentences, a RaggedTensor [L, (S)] of strings.
+
+    `kbert.data.sentences.split_sentences` in TensorFlow ops, the same rules: a sentence ends
+    after `.`, `!`, `?` or `…` (and closing quotes) before whitespace and a word not in lower
+    case, unless the period follows an abbreviation, an initial or a dotted abbreviation. The
+    words of a sentence are joined by one space (the tokenizer splits on any whitespace anyway).
+    Lines where `split` [L] is False are taken whole, as one sentence each.
+
+    >>> split_sentences_graph(["Mr. Smith paid $3.50 at 5 p.m. today. Yes! ok"]).to_list()
+    [[b'Mr. Smith paid $3.50 at 5 p.m. today.', b'Yes! ok']]
+    """
+    words = tf_text.regex_split(tf.convert_to_tensor(lines, tf.string), _SPACE)   # [L, (W)]
+    flat = words.flat_values
+    row = words.value_rowids()
+    is_last = tf.concat([row[1:] != row[:-1], tf.ones([tf.minimum(tf.size(row), 1)], bool)], 0)
+    ends = tf.strings.regex_full_match(flat, f"(?s).*{_PUNCT}{_CLOSERS}*")
+    before = tf.strings.regex_replace(flat, f"(?s)^(.*?){_PUNCT}+{_CLOSERS}*$", r"\1")
+    # A mark standing alone ("a ." in tokenized text) looks at the word before it.
+    is_first = tf.concat([tf.ones([tf.minimum(tf.size(row), 1)], bool), row[1:] != row[:-1]], 0)
+    previous = tf.where(is_first, "", tf.concat([[""], flat[:-1]], 0))
+    before = tf.where(before == "", previous, before)
+    before = tf.strings.regex_replace(before, f"^{_OPENERS}+", "")
+    punct = tf.strings.regex_replace(flat, f"(?s)^.*?({_PUNCT}+){_CLOSERS}*$", r"\1")
+    following = tf.strings.regex_replace(tf.concat([flat[1:], [""]], 0), f"^{_OPENERS}+", "")
+    lower_next = tf.strings.regex_full_match(following, r"(?s)\p{Ll}.*")
+    lowered = tf.strings.lower(before, encoding="utf-8")
+    abbreviation = (tf.strings.regex_full_match(before, r"\pL")
+                    | tf.strings.regex_full_match(before, r"(?:[A-Za-z]\.)+[A-Za-z]")
+                    | _ABBREVIATIONS.lookup(lowered))
+    next_is_last = tf.concat([is_last[1:], [False]], 0)
+    nothing_after = next_is_last & (following == "")        # only opening quotes follow
+    boundary = ends & ~is_last & ~lower_next & ~nothing_after & (
+        (punct != ".") | (before == "") | ~abbreviation)
+    if split is not None:
+        boundary &= tf.gather(tf.convert_to_tensor(split, bool), row)
+    closes = boundary | is_last
+    sentence = tf.cumsum(tf.cast(closes, tf.int64), exclusive=True)
+    count = tf.reduce_sum(tf.cast(closes, tf.int64))
+    text = tf.strings.unsorted_segment_join(flat, sentence, count, separator=" ")
+    sentence_row = tf.boolean_mask(row, closes)
+    return tf.RaggedTensor.from_value_rowids(text, sentence_row, nrows=words.nrows())
+
+
+class _Abbreviations:
+    """The abbreviation list as a lookup table, made on first use (not at import)."""
+
+    table = None
+
+    def lookup(self, words):
+        if self.table is None:
+            keys = tf.constant(sorted(ABBREVIATIONS))
+            self.table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(keys, tf.ones_like(keys, tf.int64)), 0)
+        return self.table.lookup(words) > 0
+
+
+_ABBREVIATIONS = _Abbreviations()
+
+
+def read_group(files, input_format="auto"):
+    """Files [F] → (sentences [S] strings, document index of each [S]), in reading order.
+
+    The layouts of `kbert.data.sentences.read_documents`: `documents` (one document per file,
+    a paragraph a line, split into sentences), `sentences` (one sentence a line, blank lines
+    between documents) or `auto` (per file: `sentences` when two non-empty lines follow each
+    other). Bytes that are not UTF-8 become U+FFFD.
+    """
+    texts = tf.map_fn(tf.io.read_file, files, fn_output_signature=tf.string)
+    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
+    lines = tf.strings.split(tf.strings.regex_replace(texts, _LINE_END, "\n"), "\n")  # [F, (L)]
+    filled = tf.strings.strip(lines) != ""
+    if input_format == "auto":
+        by_lines = tf.reduce_any(filled[:, 1:] & filled[:, :-1], axis=1)     # [F]
+    elif input_format in ("documents", "sentences"):
+        by_lines = tf.fill([tf.size(files)], input_format == "sentences")
+    else:
+        raise ValueError(f"unknown input format {input_format!r}: use auto, documents or "
+                         "sentences")
+    after_blank = tf.concat([tf.ones_like(filled[:, :1]), ~filled[:, :-1]], axis=1)
+    first = tf.cumsum(tf.cast(filled, tf.int64), axis=1) == 1
+    line_by_lines = tf.gather(by_lines, lines.value_rowids())
+    starts = filled.flat_values & (first.flat_values | (line_by_lines & after_blank.flat_values))
+    keep = filled.flat_values
+    sentences = split_sentences_graph(tf.boolean_mask(lines.flat_values, keep),
+                                      ~tf.boolean_mask(line_by_lines, keep))
+    document = tf.cumsum(tf.cast(tf.boolean_mask(starts, keep), tf.int64)) - 1
+    return sentences.flat_values, tf.gather(document, sentences.value_rowids())
+
+
+def tokenize_group(tokenizer, sentences, document):
+    """Sentences → (token ids [S, (T)], first-of-its-document flags [S]) without empty
+    sentences (documents left empty disappear)."""
+    ids = tokenizer.tokenize(sentences)
+    keep = ids.row_lengths() > 0
+    ids, document = tf.ragged.boolean_mask(ids, keep), tf.boolean_mask(document, keep)
+    new_document = tf.concat([tf.ones([tf.minimum(tf.size(document), 1)], bool),
+                              document[1:] != document[:-1]], 0)
+    return ids, new_document
+
+
+# --- sentences → sequences -----------------------------------------------------------------------
+def full_sentence_instances(ids, new_document, max_seq_length, sep_id, cls_id):
+    """RoBERTa's FULL-SENTENCES: sentences packed in order into `[CLS] ... [SEP]` sequences of
+    at most `max_seq_length` tokens, across documents with a `[SEP]` between two; a sentence
+    longer than a sequence is cut into pieces. Returns (ids, segment ids) [N, (T)]."""
+    budget = max_seq_length - 2
+    lengths = ids.row_lengths()
+    pieces = (lengths + budget - 1) // budget
+    position = tf.ragged.range(lengths).flat_values
+    piece_start = tf.cumsum(pieces, exclusive=True)
+    piece_row = tf.gather(piece_start, ids.value_rowids()) + position // budget
+    ids = tf.RaggedTensor.from_value_rowids(ids.flat_values, piece_row,
+                                            nrows=tf.reduce_sum(pieces))
+    new_document = tf.scatter_nd(piece_start[:, None], tf.cast(new_document, tf.int32),
+                                 [tf.reduce_sum(pieces)]) > 0
+
+    def step(state, x):
+        sequence, used = state[0], state[1]
+        length, new_doc = x
+        extra = tf.cast(new_doc, tf.int64)
+        fits = used + extra + length <= budget
+        return (tf.where(fits, sequence, sequence + 1), tf.where(fits, used + extra + length,
+                                                                 length), fits & new_doc)
+    sequence, _, separated = tf.scan(step, (ids.row_lengths(), new_document),
+                                     (tf.constant(-1, tf.int64), tf.constant(budget + 1, tf.int64),
+                                      tf.constant(False)))
+    sep = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(tf.cast(separated, tf.int64))], tf.constant(sep_id, tf.int64)),
+        tf.cast(separated, tf.int64))
+    joined = tf.concat([sep, ids], axis=1)
+    rows = tf.gather(sequence, joined.value_rowids())
+    packed = tf.RaggedTensor.from_value_rowids(joined.flat_values, rows,
+                                               nrows=_count(sequence))
+    tokens = _wrap(packed, cls_id, sep_id)
+    return tokens, tf.zeros_like(tokens)
+
+
+def _count(index):
+    """1 + the largest of 0-based indices [N] (0 when there are none)."""
+    return tf.reduce_max(tf.concat([[tf.constant(-1, tf.int64)], index], 0)) + 1
+
+
+def _wrap(rows, first, last):
+    n = rows.nrows()
+    return tf.concat([tf.fill([n, 1], tf.constant(first, tf.int64)), rows,
+                      tf.fill([n, 1], tf.constant(last, tf.int64))], axis=1)
+
+
+def nsp_instances(ids, new_document, max_seq_length, sep_id, cls_id, seeds,
+                  short_seq_prob=0.1):
+    """BERT's segment pairs `[CLS] A [SEP] B [SEP]` with next sentence labels (1 = NotNext).
+
+    As google-research's `create_instances_from_document` (`kbert.data.pretraining`): whole
+    sentences of one document fill chunks of `max_seq_length - 3` tokens (a random shorter
+    length with `short_seq_prob`); A is the chunk's first 1..n-1 sentences; half the time B is
+    the rest of the chunk (IsNext), else sentences of another document of the group from a
+    random one on (NotNext); the longer side is cut from a random end until the pair fits.
+    Vectorized, it differs in two ways: a NotNext chunk's unused sentences are dropped this
+    epoch (not put back), and a one-sentence document makes no pair.
+
+    `seeds` is [4, 2] stateless seeds. Returns (ids, segment ids) [N, (T)] and labels [N].
+    """
+    limit = max_seq_length - 3
+    n_sentences = ids.nrows()
+    lengths = ids.row_lengths()
+    document = tf.cumsum(tf.cast(new_document, tf.int64)) - 1
+    n_documents = _count(document)
+    doc_start = tf.boolean_mask(tf.range(n_sentences), new_document)
+    doc_end = tf.concat([doc_start[1:], [n_sentences]], 0)
+    short = tf.random.stateless_uniform([n_documents], seeds[0]) < short_seq_prob
+    random_target = tf.random.stateless_uniform([n_documents], seeds[1], 2, limit + 1, tf.int64)
+    target = tf.gather(tf.where(short, random_target, limit), document)        # [S]
+    last = tf.concat([new_document[1:], [True]], 0)
+    next_last = tf.concat([last[1:], [False]], 0)
+
+    def step(state, x):
+        chunk, used, count, closed = state
+        length, new_doc, is_last, before_last, goal = x
+        start = new_doc | closed
+        used = tf.where(start, length, used + length)
+        count = tf.where(start, 1, count + 1)
+        closed = is_last | ((used >= goal) & (count >= 2) & ~before_last)
+        return chunk + tf.cast(start, tf.int64), used, count, closed
+    chunk = tf.scan(step, (lengths, new_document, last, next_last, target),
+                    (tf.constant(-1, tf.int64), tf.constant(0, tf.int64),
+                     tf.constant(0, tf.int32), tf.constant(True)))[0]
+    n_chunks = _count(chunk)
+    first = tf.math.unsorted_segment_min(tf.range(n_sentences), chunk, n_chunks)
+    count = tf.math.unsorted_segment_sum(tf.ones_like(chunk), chunk, n_chunks)
+    first, count = tf.boolean_mask(first, count >= 2), tf.boolean_mask(count, count >= 2)
+    n = tf.size(first, tf.int64)
+    u = tf.random.stateless_uniform([4, n], seeds[2])
+    a_end = first + 1 + tf.cast(u[0] * tf.cast(count - 1, tf.float32), tf.int64)
+    not_next = (u[1] < 0.5) & (n_documents > 1)
+    cum = tf.concat([[0], tf.cumsum(lengths)], 0)
+    # NotNext: a random other document, from a random sentence on, until B fills the chunk.
+    own = tf.gather(document, first)
+    other = tf.cast(u[2] * tf.cast(tf.maximum(n_documents - 1, 1), tf.float32), tf.int64)
+    other = tf.where(other >= own, other + 1, other) % tf.maximum(n_documents, 1)
+    o_start, o_end = tf.gather(doc_start, other), tf.gather(doc_end, other)
+    b_start = o_start + tf.cast(u[3] * tf.cast(o_end - o_start, tf.float32), tf.int64)
+    want = tf.gather(target, first) - (tf.gather(cum, a_end) - tf.gather(cum, first))
+    b_end = tf.searchsorted(cum, tf.gather(cum, b_start) + want, side="left", out_type=tf.int64)
+    b_end = tf.clip_by_value(b_end, b_start + 1, o_end)
+    b_start = tf.where(not_next, b_start, a_end)
+    b_end = tf.where(not_next, b_end, first + count)
+    a = _truncated_spans(tf.gather(cum, first), tf.gather(cum, a_end),
+                         tf.gather(cum, b_start), tf.gather(cum, b_end), limit, seeds[3])
+    tokens_a = tf.gather(ids.flat_values, tf.ragged.range(a[0], a[1]))
+    tokens_b = tf.gather(ids.flat_values, tf.ragged.range(a[2], a[3]))
+    sep = tf.fill([n, 1], tf.constant(sep_id, tf.int64))
+    tokens = tf.concat([_wrap(tokens_a, cls_id, sep_id), tokens_b, sep], axis=1)
+    segments = tf.concat([tf.zeros([n, 2], tf.int64), tf.zeros_like(tokens_a),
+                          tf.ones_like(tokens_b), tf.ones([n, 1], tf.int64)], axis=1)
+    return tokens, segments, tf.cast(not_next, tf.int64)
+
+
+def _truncated_spans(a_start, a_end, b_start, b_end, limit, seed):
+    """`truncate_seq_pair` in closed form: the longer side loses a token until the pair fits
+    (B on a tie), each token from the front or the back with probability 1/2."""
+    la, lb = a_end - a_start, b_end - b_start
+    excess = tf.maximum(la + lb - limit, 0)
+    first_cut = tf.minimum(excess, tf.abs(la - lb))
+    rest = excess - first_cut
+    none = tf.zeros_like(first_cut)
+    cut_a = tf.where(la > lb, first_cut, none) + rest // 2
+    cut_b = tf.where(la > lb, none, first_cut) + (rest + 1) // 2
+    seeds = tf.random.experimental.stateless_split(seed, 2)
+    front_a, front_b = (tf.random.stateless_binomial(tf.shape(cut), s, tf.cast(cut, tf.float32),
+                                                     0.5, tf.int64)
+                        for cut, s in ((cut_a, seeds[0]), (cut_b, seeds[1])))
+    return (a_start + front_a, a_end - (cut_a - front_a),
+            b_start + front_b, b_end - (cut_b - front_b))
+
+
+# --- the pipeline --------------------------------------------------------------------------------
+def split_source(num_groups, epochs=None):
+    """The splittable source: element `i` is group `i % num_groups` of epoch `i // num_groups`
+    (endless when `epochs` is None). tf.data service hands these out one by one."""
+    return tf.data.Dataset.range(num_groups * epochs if epochs else 2 ** 62)
+
+
+def group_files(files, index, files_per_group, seed):
+    """The files of source element `index`: the files shuffled anew each epoch (seeded by
+    (seed, epoch)), then cut into groups of `files_per_group`."""
+    n = len(files)
+    groups = math.ceil(n / files_per_group)
+    epoch, group = index // groups, index % groups
+    order = tf.argsort(tf.random.stateless_uniform([n], tf.stack([tf.constant(seed, tf.int64),
+                                                                  epoch])))
+    take = order[group * files_per_group:(group + 1) * files_per_group]
+    return tf.gather(tf.constant(files), take)
+
+
+def text_pretraining_dataset(files: list[str], vocab, batch_size: int,
+                             max_seq_length: int = 128, max_predictions_per_seq: int = 20,
+                             mode: str = "nsp", masked_lm_prob: float = 0.15,
+                             short_seq_prob: float = 0.1, lower_case: bool = True,
+                             input_format: str = "auto", seed: int = 0,
+                             epochs: int | None = None, files_per_group: int = FILES_PER_GROUP,
+                             shuffle_buffer: int = 10000, data_service: str | None = None,
+                             job_name: str | None = None) -> tf.data.Dataset:
+    """Text files → batches of the original BERT pretraining features, masked dynamically.
+
+    Args:
+        files: UTF-8 text files (the layouts of `kbert.data.sentences.read_documents`).
+        vocab: a `vocab.txt` path or token list (`lower_case` for uncased ones).
+        batch_size: rows a batch (the last, partial batch of a finite stream is dropped).
+        mode: `nsp` (BERT's segment pairs, 50% NotNext) or `full_sentences` (RoBERTa's packing;
+            `next_sentence_weights` is 0, so the NSP loss is off).
+        masked_lm_prob: the share of maskable tokens predicted (80% `[MASK]`, 10% a random
+            word, 10% unchanged), drawn anew for each epoch.
+        epochs: passes over the files (None: endless). Each pass shuffles the files.
+        files_per_group: files read together; a NotNext B comes from the same group, and a
+            group is what a tf.data service worker gets at a time.
+        data_service: a dispatcher address (`grpc://host:port`): the reading, tokenizing,
+            packing and masking run on the tf.data service workers; batching stays here.
+        job_name: share one job between several trainers (each gets different groups).
+
+    With a data service the groups are handed out once each (`distributed_epoch`), so the
+    sequences, their masks and the number of batches are those of the local pipeline; only
+    their order differs (workers finish groups in their own order).
+
+    >>> ds = text_pretraining_dataset(["a.txt"], "vocab.txt", 32, mode="full_sentences",
+    ...                               data_service="grpc://dispatcher:5050")  # doctest: +SKIP
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: use nsp or full_sentences")
+    if max_seq_length < 5:
+        raise ValueError(f"max_seq_length must be at least 5, got {max_seq_length}")
+    for name, value in (("batch_size", batch_size), ("files_per_group", files_per_group),
+                        ("max_predictions_per_seq", max_predictions_per_seq)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    files = [os.fspath(f) for f in ([files] if isinstance(files, (str, os.PathLike))
+                                    else files)]
+    check_inputs(files)
+    tokenizer = Tokenizer(vocab, lower_case)
+    masking = DynamicMasking(tokenizer.vocab, max_predictions_per_seq, masked_lm_prob)
+    make = _GroupFeatures(files, tokenizer, masking, mode, max_seq_length, short_seq_prob,
+                          input_format, seed, files_per_group)
+    ds = split_source(math.ceil(len(files) / files_per_group), epochs)
+    ds = ds.map(make, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.filter(lambda features: tf.shape(features["input_ids"])[0] > 0)
+    if data_service:
+        ds = ds.apply(tf.data.experimental.service.distribute(
+            tf.data.experimental.service.ShardingPolicy.DYNAMIC, data_service,
+            job_name=job_name))
+    ds = ds.unbatch().shuffle(shuffle_buffer, seed=seed)
+    return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+class _GroupFeatures:
+    """Source element → the masked feature rows of its group of files (a dict of [N, ...])."""
+
+    def __init__(self, files, tokenizer, masking, mode, max_seq_length, short_seq_prob,
+                 input_format, seed, files_per_group):
+        self.files, self.tokenizer, self.masking, self.mode = files, tokenizer, masking, mode
+        self.max_seq_length, self.short_seq_prob = max_seq_length, short_seq_prob
+        self.input_format, self.seed, self.files_per_group = input_format, seed, files_per_group
+
+    @tf.autograph.experimental.do_not_convert      # plain TensorFlow ops: nothing to convert
+    def __call__(self, index):
+        seeds = tf.random.experimental.stateless_split(
+            tf.stack([tf.constant(self.seed, tf.int64), index]), 3)
+        files = group_files(self.files, index, self.files_per_group, self.seed)
+        sentences, document = read_group(files, self.input_format)
+        ids, new_document = tokenize_group(self.tokenizer, sentences, document)
+        t = self.tokenizer
+        if self.mode == "nsp":
+            tokens, segments, labels = nsp_instances(
+                ids, new_document, self.max_seq_length, t.sep_id, t.cls_id,
+                tf.random.experimental.stateless_split(seeds[0], 4), self.short_seq_prob)
+            weights = tf.ones_like(labels, tf.float32)
+        else:
+            tokens, segments = full_sentence_instances(ids, new_document, self.max_seq_length,
+                                                       t.sep_id, t.cls_id)
+            labels = tf.zeros([tokens.nrows()], tf.int64)
+            weights = tf.zeros([tokens.nrows()], tf.float32)
+        T, P = self.max_seq_length, self.masking.max_predictions_per_seq
+        n = tokens.nrows()
+        features = {
+            "input_ids": tf.cast(tokens.to_tensor(shape=[None, T]), tf.int32),
+            "input_mask": tf.cast(tf.ones_like(tokens).to_tensor(shape=[None, T]), tf.int32),
+            "segment_ids": tf.cast(segments.to_tensor(shape=[None, T]), tf.int32),
+            "masked_lm_positions": tf.zeros([n, P], tf.int32),
+            "masked_lm_ids": tf.zeros([n, P], tf.int32),
+            "masked_lm_weights": tf.zeros([n, P], tf.float32),
+            "next_sentence_labels": tf.cast(labels[:, None], tf.int32),
+            "next_sentence_weights": weights[:, None]}
+        return self.masking(features, seeds[1])
+
+
+# --- tf.data service -----------------------------------------------------------------------------
+def serve_dispatcher(port: int = 5050, work_dir: str | None = None,
+                     heartbeat_ms: int | None = None):
+    """Starts a tf.data service dispatcher on `port` (all interfaces); returns the server.
+
+    `work_dir` (a shared path) makes it fault tolerant: a restarted dispatcher resumes its jobs.
+    """
+    config = tf.data.experimental.service.DispatcherConfig(
+        port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir),
+        job_gc_check_interval_ms=heartbeat_ms)
+    return tf.data.experimental.service.DispatchServer(config)
+
+
+def serve_worker(dispatcher: str, port: int = 0, worker_address: str | None = None,
+                 heartbeat_ms: int | None = None):
+    """Starts a tf.data service worker of `dispatcher` (host:port); returns the server.
+
+    `worker_address` is how the trainer reaches this worker (`host:%port%`, the default
+    `localhost:%port%` only serves a trainer on the same host). The process has kbert (and so
+    tensorflow_text, whose ops the pipeline uses) imported.
+    """
+    dispatcher = dispatcher.split("://")[-1]
+    config = tf.data.experimental.service.WorkerConfig(
+        dispatcher_address=dispatcher, port=port,
+        worker_address=worker_address or "localhost:%port%", heartbeat_interval_ms=heartbeat_ms)
+    return tf.data.experimental.service.WorkerServer(config)
