@@ -204,6 +204,8 @@ def _add_pretrain(sub):
                    choices=("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel"))
     p.add_argument("--tpu", help="TPU name or address for the cluster resolver")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shuffle-buffer", type=int, default=10000,
+                   help="examples shuffled together (records of the shards, or --text rows)")
     p.add_argument("--log-dir", help="TensorBoard log directory")
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
     p.set_defaults(func=_run_pretrain)
@@ -223,6 +225,7 @@ def _run_pretrain(args):
         checkpoint_every=args.checkpoint_every, accumulate=args.accumulate,
         dynamic_masking=args.dynamic_masking, phase_steps=args.phase_steps, seed=args.seed,
         strategy=args.strategy, tpu=args.tpu, log_dir=args.log_dir, save_dtype=args.save_dtype,
+        shuffle_buffer=args.shuffle_buffer,
         verbose=2)
     if result.interrupted:
         raise KeyboardInterrupt

@@ -99,9 +99,10 @@ class _Abbreviations:
 
     def lookup(self, words):
         if self.table is None:
-            keys = tf.constant(sorted(ABBREVIATIONS))
-            self.table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(keys, tf.ones_like(keys, tf.int64)), 0)
+            with tf.init_scope():               # made eagerly, even when first used in a graph
+                keys = tf.constant(sorted(ABBREVIATIONS))
+                self.table = tf.lookup.StaticHashTable(
+                    tf.lookup.KeyValueTensorInitializer(keys, tf.ones_like(keys, tf.int64)), 0)
         return self.table.lookup(words) > 0
 
 
@@ -309,14 +310,16 @@ def text_pretraining_dataset(files: list[str], vocab, batch_size: int,
                              short_seq_prob: float = 0.1, lower_case: bool = True,
                              input_format: str = "auto", seed: int = 0,
                              epochs: int | None = None, files_per_group: int = FILES_PER_GROUP,
-                             shuffle_buffer: int = 10000, data_service: str | None = None,
+                             shuffle_buffer: int = 10000, drop_remainder: bool = True,
+                             data_service: str | None = None,
                              job_name: str | None = None) -> tf.data.Dataset:
     """Text files → batches of the original BERT pretraining features, masked dynamically.
 
     Args:
         files: UTF-8 text files (the layouts of `kbert.data.sentences.read_documents`).
         vocab: a `vocab.txt` path or token list (`lower_case` for uncased ones).
-        batch_size: rows a batch (the last, partial batch of a finite stream is dropped).
+        batch_size: rows a batch; the last, partial batch of a finite stream is dropped
+            unless `drop_remainder` is False.
         mode: `nsp` (BERT's segment pairs, 50% NotNext) or `full_sentences` (RoBERTa's packing;
             `next_sentence_weights` is 0, so the NSP loss is off).
         masked_lm_prob: the share of maskable tokens predicted (80% `[MASK]`, 10% a random
@@ -330,7 +333,8 @@ def text_pretraining_dataset(files: list[str], vocab, batch_size: int,
 
     With a data service the groups are handed out once each (`distributed_epoch`), so the
     sequences, their masks and the number of batches are those of the local pipeline; only
-    their order differs (workers finish groups in their own order).
+    their order differs (workers finish groups in their own order), and so which rows the
+    dropped remainder holds.
 
     >>> ds = text_pretraining_dataset(["a.txt"], "vocab.txt", 32, mode="full_sentences",
     ...                               data_service="grpc://dispatcher:5050")  # doctest: +SKIP
@@ -358,7 +362,7 @@ def text_pretraining_dataset(files: list[str], vocab, batch_size: int,
             tf.data.experimental.service.ShardingPolicy.DYNAMIC, data_service,
             job_name=job_name))
     ds = ds.unbatch().shuffle(shuffle_buffer, seed=seed)
-    return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 
 class _GroupFeatures:
@@ -403,15 +407,14 @@ class _GroupFeatures:
 
 
 # --- tf.data service -----------------------------------------------------------------------------
-def serve_dispatcher(port: int = 5050, work_dir: str | None = None,
-                     heartbeat_ms: int | None = None):
-    """Starts a tf.data service dispatcher on `port` (all interfaces); returns the server.
+def serve_dispatcher(port: int = 5050, work_dir: str | None = None):
+    """Starts a tf.data service dispatcher on `port` (0: any free one); returns the server,
+    whose `target` (`grpc://localhost:PORT`) the trainer and workers connect to.
 
     `work_dir` (a shared path) makes it fault tolerant: a restarted dispatcher resumes its jobs.
     """
     config = tf.data.experimental.service.DispatcherConfig(
-        port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir),
-        job_gc_check_interval_ms=heartbeat_ms)
+        port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir))
     return tf.data.experimental.service.DispatchServer(config)
 
 

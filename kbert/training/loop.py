@@ -228,18 +228,7 @@ def validate_settings(data, output, config, init, vocab, batch_size, steps, warm
                       dynamic_masking, phase_steps, seed, strategy, tpu, backup_dir,
                       shuffle_buffer, text=None, text_mode="nsp", data_service=None):
     """Every argument of `pretrain` checked before any work, each problem in one line."""
-    if (data is None) == (text is None):
-        raise ValueError("pretrain needs shards (data) or text files (text), one of the two")
-    if text is not None:
-        datas = [_text_files(text, text_mode)]
-    else:
-        if data_service:
-            raise ValueError("a data service prepares text (--text), not shards (--data)")
-        text_mode = None
-        datas = [data] if isinstance(data, (str, os.PathLike)) else list(data)
-    for d in datas if text is None else []:
-        if not os.path.exists(d) and not any(c in str(d) for c in "*?["):
-            raise FileNotFoundError(f"pretraining data not found: {d}")
+    datas, text_mode = _data_sources(data, text, text_mode, data_service)
     phase_steps = list(phase_steps) if phase_steps else [steps]
     if len(phase_steps) != len(datas):
         raise ValueError(f"{len(datas)} data sets but {len(phase_steps)} phase step counts")
@@ -266,11 +255,26 @@ def validate_settings(data, output, config, init, vocab, batch_size, steps, warm
         raise ValueError("pretrain needs an output directory or a backup_dir")
     if output is not None and os.path.exists(output) and not os.path.isdir(output):
         raise ValueError(f"output {output} exists and is not a directory")
-    return Settings([d if text is not None else str(d) for d in datas], phase_steps, output,
+    return Settings([d if text_mode else str(d) for d in datas], phase_steps, output,
                     config, init, vocab, batch_size, warmup, learning_rate, max_seq_length,
                     max_predictions_per_seq, optimizer, weight_decay, mixed_precision,
                     jit_compile, checkpoint_every, accumulate, dynamic_masking, seed, strategy,
                     tpu, backup_dir, shuffle_buffer, text_mode, data_service)
+
+
+def _data_sources(data, text, text_mode, data_service):
+    """(the data of each phase, the text mode or None for shards), checked."""
+    if (data is None) == (text is None):
+        raise ValueError("pretrain needs shards (data) or text files (text), one of the two")
+    if text is not None:
+        return [_text_files(text, text_mode)], text_mode
+    if data_service:
+        raise ValueError("a data service prepares text (--text), not shards (--data)")
+    datas = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    for d in datas:
+        if not os.path.exists(d) and not any(c in str(d) for c in "*?["):
+            raise FileNotFoundError(f"pretraining data not found: {d}")
+    return datas, None
 
 
 def _text_files(text, mode):
