@@ -123,10 +123,12 @@ def test_seed_gives_identical_bytes_whatever_the_workers(corpus, tmp_path, capsy
     paths, vocab = corpus
     common = ["--input", *paths, "--vocab", vocab, "--max-seq-length", "32",
               "--dupe-factor", "2", "--block-size", "20"]
-    assert run(capsys, *common, "--output", str(tmp_path / "a"), "--seed", "3")[0] == 0
+    assert run(capsys, *common, "--output", str(tmp_path / "a"), "--seed", "3",
+               "--workers", "1")[0] == 0
     assert run(capsys, *common, "--output", str(tmp_path / "b"), "--seed", "3",
                "--workers", "2")[0] == 0
-    assert run(capsys, *common, "--output", str(tmp_path / "c"), "--seed", "4")[0] == 0
+    assert run(capsys, *common, "--output", str(tmp_path / "c"), "--seed", "4",
+               "--workers", "1")[0] == 0
     a = digest(tmp_path / "a")
     assert len(a) > 1 and a == digest(tmp_path / "b") and a != digest(tmp_path / "c")
 
@@ -205,7 +207,8 @@ def test_statistics_on_the_real_corpus(shared_data, tmp_path):
     files = sorted(str(p) for p in (shared_data / "corpus" / "brown").glob("*.txt"))
     totals = pretraining.create_pretraining_data(
         files, vocab, str(tmp_path / "out"), pretraining.Options(dupe_factor=1, seed=1),
-        progress=False)
+        workers=1, progress=False)
+    print(pretraining.summary(totals))
     masked = totals["masked"]
     assert abs(masked / totals["eligible"] - 0.15) < 0.005
     assert abs(totals["as_mask"] / masked - 0.8) < 0.015
@@ -231,7 +234,7 @@ def test_second_run_into_the_same_directory_is_refused_or_replaces(corpus, tmp_p
     paths, vocab = corpus
     out = tmp_path / "o"
     common = ["--vocab", vocab, "--output", str(out), "--max-seq-length", "32",
-              "--dupe-factor", "1"]
+              "--dupe-factor", "1", "--workers", "1"]
     assert run(capsys, "--input", *paths, "--block-size", "20", *common)[0] == 0
     first = sorted(p.name for p in out.iterdir())
     assert len(first) > 1
@@ -284,14 +287,14 @@ def test_interrupted_run_leaves_no_temporary_or_partial_shards(corpus, tmp_path,
     paths, vocab = corpus
     out = tmp_path / "o"
     calls = {"n": 0}
-    real = pretraining.serialize_instance
+    real = pretraining.serialize_examples
 
-    def interrupted(instance, options):       # Ctrl-C in the middle of the second shard
+    def interrupted(features):                # Ctrl-C while the second shard is written
         calls["n"] += 1
-        if calls["n"] == 200:
+        if calls["n"] == 2:
             raise KeyboardInterrupt
-        return real(instance, options)
-    monkeypatch.setattr(pretraining, "serialize_instance", interrupted)
+        return real(features)
+    monkeypatch.setattr(pretraining, "serialize_examples", interrupted)
     if workers > 1:                            # spawned workers do not see the monkeypatch:
         monkeypatch.setattr(pretraining, "_write_blocks",  # interrupt the parent while they write
                             _interrupt_after_first_shard(pretraining._write_blocks))
