@@ -10,7 +10,9 @@ create_pretraining_data`, its TF2 copy: same algorithm, flags and defaults), on 
 sentences (kbert's splitter writes them one a line, a blank line between documents, the layout
 that script reads); kbert reads the corpus files as they are and splits them itself. Each run is
 its own process, timed from outside (Python start and imports included), so its peak RSS is its
-own. 4x reads every file four times: a streaming writer must keep the same peak memory.
+own, and its CPU seconds (its processes and the workers they waited for) are counted beside the
+wall time: on a busy machine wall times swing, CPU seconds much less. 4x reads every file four
+times: a streaming writer must keep the same peak memory.
 """
 
 import argparse
@@ -88,13 +90,14 @@ def write_sentences(files, path):
 def run_child(args, *extra):
     command = [sys.executable, __file__, "--vocab", args.vocab, "--dupe-factor",
                str(args.dupe_factor), "--sources", *args.sources, *extra]
-    start = time.perf_counter()
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["seconds"] = seconds
+    result["seconds"] = seconds      # CPU: the run's processes and the workers they waited for
+    result["cpu_seconds"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return result
 
 
@@ -141,25 +144,29 @@ def main():
     workers = args.workers or usable_cpus()
     print(f"corpus: {args.sources}, dupe factor {args.dupe_factor}, sequence 128, "
           f"20 predictions; {usable_cpus()} usable CPUs, load average {os.getloadavg()[0]:.1f}")
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        if not args.no_google:
+    print(f"\n{'':>31} {'workers':>7} {'corpus':>6} {'instances':>9} {'seconds':>7} "
+          f"{'vs google':>9} {'inst/s':>6} {'inst/s/core':>11} {'CPU s':>6} {'inst/CPU s':>10} "
+          f"{'vs google':>9} {'peak RSS MB':>11}", flush=True)
+    rows, base = [], None
+
+    def show(name, w, repeat, r):
+        rows.append(r)
+        rate, per_cpu = r["instances"] / r["seconds"], r["instances"] / r["cpu_seconds"]
+        ratio = f"{base['seconds'] / r['seconds'] * repeat:.2f}x" if base else "-"
+        cpu_ratio = f"{base['cpu_seconds'] / r['cpu_seconds'] * repeat:.2f}x" if base else "-"
+        print(f"{name:>31} {w:>7} {repeat:>5}x {r['instances']:>9} {r['seconds']:>7.1f} "
+              f"{ratio:>9} {rate:>6.0f} {rate / w:>11.0f} {r['cpu_seconds']:>6.1f} "
+              f"{per_cpu:>10.0f} {cpu_ratio:>9} {r['peak_rss_mb']:>11.0f}", flush=True)
+    if not args.no_google:
+        with tempfile.TemporaryDirectory() as tmp:
             sentences = os.path.join(tmp, "sentences.txt")
             write_sentences(corpus_files(args.sources), sentences)
-            rows.append(("google-research (Model Garden)", 1, 1,
-                         run_child(args, "--google", sentences)))
+            show("google-research (Model Garden)", 1, 1, run_child(args, "--google", sentences))
+            base = rows[0]
     for workers_, repeat in ((1, 1), (workers, 1), (workers, 4)):
-        rows.append(("kbert", workers_, repeat, run_child(
-            args, "--child", "--workers", str(workers_), "--repeat", str(repeat))))
-    base = rows[0][3] if not args.no_google else None
-    print(f"\n{'':>31} {'workers':>7} {'corpus':>6} {'instances':>9} {'seconds':>7} "
-          f"{'inst/s':>6} {'inst/s/core':>11} {'vs google':>9} {'peak RSS MB':>11}")
-    for name, w, repeat, r in rows:
-        rate = r["instances"] / r["seconds"]
-        ratio = f"{base['seconds'] / r['seconds'] * repeat:.2f}x" if base else "-"
-        print(f"{name:>31} {w:>7} {repeat:>5}x {r['instances']:>9} {r['seconds']:>7.1f} "
-              f"{rate:>6.0f} {rate / w:>11.0f} {ratio:>9} {r['peak_rss_mb']:>11.0f}")
-    one, many = rows[-3][3], rows[-2][3]
+        show("kbert", workers_, repeat, run_child(
+            args, "--child", "--workers", str(workers_), "--repeat", str(repeat)))
+    one, many = rows[-3], rows[-2]
     print(f"\nscaling 1 -> {workers} workers: {one['seconds'] / many['seconds']:.2f}x")
     n, megabytes, t_ours, t_hf = tokenization(args)
     print(f"\ntokenization of {n} sentences ({megabytes:.1f} MB)")

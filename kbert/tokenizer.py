@@ -18,7 +18,7 @@ BERT's basic tokenization followed by WordPiece, built from ops that TF Serving 
 
 Ids alone (`tokenize` called eagerly on a batch, the path of pretraining data and fine-tuning
 features) take a faster route with the same ids: the whole text is normalized as HF's
-`BertNormalizer` does (controls dropped, whitespace to spaces, NFD, marks dropped, lower case),
+`BertNormalizer` does (controls dropped, NFD, combining marks dropped, lower case),
 then tf-text's `FastWordpieceTokenizer` (LinMaxMatch, C++) splits on spaces, punctuation and CJK
 and runs WordPiece in one op. Texts with a run of more than 100 non-space characters (where a
 word may exceed `MAX_CHARS_PER_WORD`, counted in characters) and vocabularies with a repeated
@@ -47,7 +47,7 @@ _MASK_LITERAL = r"\[MASK\]"
 _DROPPED = r"[\p{C}\x{FFFD}]"
 # In whole texts: what HF's `clean_text` deletes (controls but tab/newline/CR, which are spaces).
 _DROPPED_IN_TEXT = r"[^\P{C}\t\n\r]|\x{FFFD}"
-# A run of more than MAX_CHARS_PER_WORD characters between spaces may hold a too-long word.
+# A run of more than MAX_CHARS_PER_WORD characters without a space may hold a too-long word.
 _LONG_RUN = r"(?s).*[^ ]{%d,}.*" % (MAX_CHARS_PER_WORD + 1)
 
 
@@ -87,11 +87,12 @@ def _normalize_chars(chars, lower_case):
 
 
 def _normalize_texts(texts, lower_case):
-    """Whole strings [B] normalized as HF's `BertNormalizer`: controls deleted, every whitespace
-    character a space and, uncased, NFD without combining marks, lower-cased character by
-    character (no final-sigma rule: `Σ` is always `σ`, as in Rust's `char::to_lowercase`).
+    """Whole strings [B] normalized as HF's `BertNormalizer`: controls deleted and, uncased, NFD
+    without combining marks, lower-cased character by character (no final-sigma rule: `Σ` is
+    always `σ`, as in Rust's `char::to_lowercase`). Whitespace is left for
+    `FastWordpieceTokenizer`, which splits on every Unicode `White_Space` character that remains.
 
-    >>> _normalize_texts(["Héllo\\tWÖRLD\\x00 ΟΔΟΣ"], True).numpy()[0].decode()
+    >>> _normalize_texts(["Héllo WÖRLD\\x00 ΟΔΟΣ"], True).numpy()[0].decode()
     'hello world οδοσ'
     """
     texts = tf.strings.regex_replace(texts, _DROPPED_IN_TEXT, "")
@@ -99,7 +100,7 @@ def _normalize_texts(texts, lower_case):
         texts = tf_text.normalize_utf8(texts, "NFD")
         texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
         texts = tf.strings.lower(tf.strings.regex_replace(texts, "\u03a3", "\u03c3"), "utf-8")
-    return tf.strings.regex_replace(texts, _WHITESPACE, " ")
+    return texts
 
 
 def _split_and_normalize(texts, lower_case, mask_literal=False):

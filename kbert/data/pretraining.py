@@ -89,13 +89,32 @@ class Vocabulary:
 
 
 def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
-    """Cut the longer list, from the front or back at random, until the pair fits."""
-    while len(tokens_a) + len(tokens_b) > max_num_tokens:
-        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
+    """Cut the longer list, one token at a time from its front or back at random, until the pair
+    fits (in place). How many tokens each list loses depends on the lengths alone; each cut is
+    from the front with probability 1/2, so one draw of random bits decides them all.
+
+    >>> a, b = list(range(5)), list(range(10, 13))
+    >>> truncate_seq_pair(a, b, 4, random.Random(0)); len(a), len(b)
+    (2, 2)
+    """
+    cut_a, cut_b = _cuts(len(tokens_a), len(tokens_b), max_num_tokens)
+    for tokens, cut in ((tokens_a, cut_a), (tokens_b, cut_b)):
+        if cut:
+            front = bin(rng.getrandbits(cut)).count("1")
+            del tokens[:front]
+            del tokens[len(tokens) - (cut - front):]
+
+
+def _cuts(len_a, len_b, max_num_tokens):
+    """Tokens cut from A and from B: the longer loses one until they are even, then B, A, B ...
+    (the original's loop, which cuts B when the two are as long)."""
+    excess = len_a + len_b - max_num_tokens
+    if excess <= 0:
+        return 0, 0
+    first = min(excess, abs(len_a - len_b))
+    rest = excess - first
+    return (rest // 2 + (first if len_a > len_b else 0),
+            rest - rest // 2 + (first if len_a <= len_b else 0))
 
 
 # A sentence pair before masking: `[CLS] A [SEP] B [SEP]` ids and the length of A.
@@ -160,7 +179,7 @@ def pad_pairs(pairs, max_seq_length):
     input_mask = (columns < lengths[:, None]).astype(np.int64)
     input_ids = np.zeros((n, max_seq_length), np.int64)
     input_ids[input_mask.astype(bool)] = np.fromiter(
-        (t for p in pairs for t in p.tokens), np.int64, int(lengths.sum()))
+        itertools.chain.from_iterable(p.tokens for p in pairs), np.int64, int(lengths.sum()))
     segment_ids = input_mask * (columns >= (len_a + 2)[:, None])
     labels = np.fromiter((p.is_random_next for p in pairs), np.int64, n)[:, None]
     return {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask,
