@@ -222,6 +222,7 @@ def mask_tokens(input_ids, input_mask, options, vocab, rng):
     count = selected.sum(axis=1)
     p = options.max_predictions_per_seq
     positions = np.argsort(~selected, axis=1, kind="stable")[:, :p]   # selected ones first
+    positions = np.pad(positions, ((0, 0), (0, p - positions.shape[1])))  # when p > T
     real = np.arange(p)[None, :] < count[:, None]
     positions = np.where(real, positions, 0)
     labels = np.where(real, np.take_along_axis(input_ids, positions, axis=1), 0)

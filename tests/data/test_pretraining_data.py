@@ -351,3 +351,31 @@ def test_truncation_cuts_as_the_original_loop():
         assert len(a) == 10 and a == list(range(a[0], a[0] + 10))
         fronts.append(a[0])
     assert abs(np.mean(fronts) - 10) < 0.3 and 2.0 < np.std(fronts) < 2.5   # binomial(20, .5)
+
+
+def test_mask_tokens_counts_positions_and_labels():
+    vocab = pretraining.Vocabulary(Tokenizer(tiny_vocab()))
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 13, 300)
+    ids = np.where(np.arange(12) < lengths[:, None],
+                   rng.integers(5, len(tiny_vocab()), (300, 12)), 0)
+    ids[:, 0], ids[np.arange(300), lengths - 1], ids[np.arange(300), 3] = 2, 3, 3
+    mask = (ids != 0).astype(np.int64)
+    for options in (pretraining.Options(max_predictions_per_seq=20, masked_lm_prob=0.5),
+                    pretraining.Options(max_predictions_per_seq=2, whole_word_mask=True)):
+        out, positions, labels, weights = pretraining.mask_tokens(ids, mask, options, vocab, rng)
+        assert positions.shape == (300, options.max_predictions_per_seq)   # 20 > 12 columns
+        n = lengths - 3
+        k = np.minimum(options.max_predictions_per_seq,
+                       np.maximum(1, np.rint(n * options.masked_lm_prob)))
+        real = weights > 0
+        if not options.whole_word_mask:
+            assert (real.sum(1) == k).all()
+        else:        # a word longer than what is left is skipped, as in the original
+            assert (real.sum(1) <= k).all() and real.sum() > 0.9 * k.sum()
+        assert (np.take_along_axis(ids, positions, 1)[real] == labels[real]).all()
+        assert not np.isin(labels[real], SPECIAL_IDS).any() and not positions[~real].any()
+        assert all((np.diff(p[w]) > 0).all() for p, w in zip(positions, real))
+        unmasked = np.ones_like(ids, bool)
+        np.put_along_axis(unmasked, positions, ~real, 1)
+        assert (out[unmasked] == ids[unmasked]).all()       # only chosen positions change
