@@ -135,7 +135,8 @@ def _add_create_pretraining_data(sub):
     p.add_argument("--dupe-factor", type=int, default=10)
     p.add_argument("--whole-word-mask", action="store_true")
     p.add_argument("--seed", type=int, default=12345)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes (default: every usable CPU); the output is the same for any")
     p.add_argument("--cased", action="store_true", help="the vocabulary is cased")
     p.add_argument("--input-format", default="auto", choices=("auto", "documents", "sentences"),
                    help="documents: one per file, blank line between paragraphs; sentences: one "

@@ -15,6 +15,15 @@ BERT's basic tokenization followed by WordPiece, built from ops that TF Serving 
 4. each piece's offsets go back through the per-character lengths to the original bytes.
 
 `char_offsets` turns the byte offsets into character offsets of a Python string (for QA).
+
+Ids alone (`tokenize` called eagerly on a batch, the path of pretraining data and fine-tuning
+features) take a faster route with the same ids: the whole text is normalized as HF's
+`BertNormalizer` does (controls dropped, NFD, combining marks dropped, lower case),
+then tf-text's `FastWordpieceTokenizer` (LinMaxMatch, C++) splits on spaces, punctuation and CJK
+and runs WordPiece in one op. Texts with a run of more than 100 non-space characters (where a
+word may exceed `MAX_CHARS_PER_WORD`, counted in characters) and vocabularies with a repeated
+token go the offsets route instead. Graph-mode calls (exported models) keep the offsets route,
+built only from the ops above.
 """
 
 import collections
@@ -36,6 +45,10 @@ _CJK = "|".join(r"[\x{%X}-\x{%X}]" % r for r in (
     (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
 _MASK_LITERAL = r"\[MASK\]"
 _DROPPED = r"[\p{C}\x{FFFD}]"
+# In whole texts: what HF's `clean_text` deletes (controls but tab/newline/CR, which are spaces).
+_DROPPED_IN_TEXT = r"[^\P{C}\t\n\r]|\x{FFFD}"
+# A run of more than MAX_CHARS_PER_WORD characters without a space may hold a too-long word.
+_LONG_RUN = r"(?s).*[^ ]{%d,}.*" % (MAX_CHARS_PER_WORD + 1)
 
 
 def _byte_length(strings):
@@ -71,6 +84,23 @@ def _normalize_chars(chars, lower_case):
         chars = tf.strings.regex_replace(chars, r"\p{Mn}", "")
         chars = tf.strings.lower(chars, encoding="utf-8")
     return chars
+
+
+def _normalize_texts(texts, lower_case):
+    """Whole strings [B] normalized as HF's `BertNormalizer`: controls deleted and, uncased, NFD
+    without combining marks, lower-cased character by character (no final-sigma rule: `Σ` is
+    always `σ`, as in Rust's `char::to_lowercase`). Whitespace is left for
+    `FastWordpieceTokenizer`, which splits on every Unicode `White_Space` character that remains.
+
+    >>> _normalize_texts(["Héllo WÖRLD\\x00 ΟΔΟΣ"], True).numpy()[0].decode()
+    'hello world οδοσ'
+    """
+    texts = tf.strings.regex_replace(texts, _DROPPED_IN_TEXT, "")
+    if lower_case:
+        texts = tf_text.normalize_utf8(texts, "NFD")
+        texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+        texts = tf.strings.lower(tf.strings.regex_replace(texts, "\u03a3", "\u03c3"), "utf-8")
+    return texts
 
 
 def _split_and_normalize(texts, lower_case, mask_literal=False):
@@ -176,6 +206,15 @@ class Tokenizer:
             table, token_out_type=tf.int64, unknown_token="[UNK]",
             max_bytes_per_word=4 * MAX_CHARS_PER_WORD)
         self._compiled = {}   # mask_literal -> tf.function over a batch of strings [B]
+        # The ids-only route (see the module docstring); ids are line numbers, so a vocabulary
+        # with a repeated token (the later line wins) stays on the offsets route.
+        self._fast_wordpiece = None if len(self.token_to_id) < len(self.vocab) else \
+            tf_text.FastWordpieceTokenizer(
+                self.vocab, token_out_type=tf.int64, unknown_token="[UNK]",
+                no_pretokenization=False, support_detokenization=False,
+                max_bytes_per_word=4 * MAX_CHARS_PER_WORD)
+        self._fast_ids = tf.function(self._ids_and_long_runs,
+                                     input_signature=[tf.TensorSpec([None], tf.string)])
 
     @property
     def vocab_size(self):
@@ -248,7 +287,24 @@ class Tokenizer:
 
     def tokenize(self, texts, mask_literal=False):
         """Strings [B] → token ids, a RaggedTensor [B, (tokens)] of int64."""
-        return self.tokenize_with_offsets(texts, mask_literal)[0]
+        if mask_literal or self._fast_wordpiece is None or not tf.executing_eagerly():
+            return self.tokenize_with_offsets(texts, mask_literal)[0]
+        texts = tf.convert_to_tensor(texts, tf.string)
+        if texts.shape.rank != 1:
+            return self.tokenize_with_offsets(texts)[0]
+        ids, long_run = self._fast_ids(texts)
+        if not tf.reduce_any(long_run):
+            return ids
+        # The texts that may hold a word over MAX_CHARS_PER_WORD: the offsets route, in place.
+        exact = self._compiled_tokenize(False)(tf.boolean_mask(texts, long_run))[0]
+        merged = tf.concat([tf.ragged.boolean_mask(ids, ~long_run), exact], axis=0)
+        order = tf.concat([tf.where(~long_run)[:, 0], tf.where(long_run)[:, 0]], axis=0)
+        return tf.gather(merged, tf.math.invert_permutation(order))
+
+    def _ids_and_long_runs(self, texts):
+        texts = _normalize_texts(texts, self.lower_case)
+        return (self._fast_wordpiece.tokenize(texts),
+                tf.strings.regex_full_match(texts, _LONG_RUN))
 
     def tokenize_with_char_offsets(self, text):
         """One Python string → (ids, starts, ends) lists, offsets in characters of `text`."""

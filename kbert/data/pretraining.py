@@ -22,9 +22,14 @@ Where it differs, on purpose:
   `[PAD]`, `[unused*]`, …).
 - Each block is one shard, `shard-NNNNN.tfrecord`, seeded by (seed, block): the output is byte
   for byte the same for a given seed whatever the number of workers.
+- Speed: a block's instances are masked together in NumPy (`mask_tokens`) and encoded as
+  `tf.train.Example` bytes in bulk (`serialize_examples`); blocks go to `workers` processes
+  (default: every usable CPU).
 """
 
 import collections
+import hashlib
+import itertools
 import os
 import random
 
@@ -80,71 +85,53 @@ class Vocabulary:
         self.cls_id, self.sep_id = tokenizer.cls_id, tokenizer.sep_id
         self.mask_id = tokenizer.mask_id
         self.is_continuation = np.array([t.startswith("##") for t in vocab])
-        self.words = [i for i, t in enumerate(vocab)
-                      if not (t.startswith("[") and t.endswith("]"))]
-        if not self.words:
+        self.words = np.array([i for i, t in enumerate(vocab)
+                               if not (t.startswith("[") and t.endswith("]"))], np.int64)
+        if not len(self.words):
             raise ValueError("vocabulary has no tokens besides the special ones")
 
 
 def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
-    """Cut the longer list, from the front or back at random, until the pair fits."""
-    while len(tokens_a) + len(tokens_b) > max_num_tokens:
-        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
+    """Cut the longer list, one token at a time from its front or back at random, until the pair
+    fits (in place). How many tokens each list loses depends on the lengths alone; each cut is
+    from the front with probability 1/2, so one draw of random bits decides them all.
 
-
-def create_masked_lm_predictions(tokens, options, vocab, rng):
-    """Mask `tokens` (ids, with [CLS]/[SEP]) in place of a copy → (tokens, positions, labels).
-
-    >>> class V: cls_id, sep_id, mask_id, words = 2, 3, 4, [5, 6]
-    >>> V.is_continuation = np.zeros(7, bool)
-    >>> rng = random.Random(0)
-    >>> out, pos, ids = create_masked_lm_predictions([2, 5, 6, 5, 3], Options(), V, rng)
-    >>> len(pos), all(out[p] in (4, 5, 6) for p in pos), [[2, 5, 6, 5, 3][p] for p in pos] == ids
-    (1, True, True)
+    >>> a, b = list(range(5)), list(range(10, 13))
+    >>> truncate_seq_pair(a, b, 4, random.Random(0)); len(a), len(b)
+    (2, 2)
     """
-    candidates = []                      # lists of positions, one per maskable (whole) word
-    for i, token in enumerate(tokens):
-        if token in (vocab.cls_id, vocab.sep_id):
-            continue
-        if options.whole_word_mask and candidates and vocab.is_continuation[token] \
-                and candidates[-1][-1] == i - 1:
-            candidates[-1].append(i)
-        else:
-            candidates.append([i])
-    n = sum(len(c) for c in candidates)
-    num_to_predict = min(options.max_predictions_per_seq,
-                         max(1, int(round(n * options.masked_lm_prob))))
-    rng.shuffle(candidates)
-    output, masked = list(tokens), []
-    for word in candidates:
-        if len(masked) >= num_to_predict:
-            break
-        if len(masked) + len(word) > num_to_predict:
-            continue
-        for i in word:
-            if rng.random() < 0.8:
-                output[i] = vocab.mask_id
-            elif rng.random() < 0.5:
-                output[i] = tokens[i]
-            else:
-                output[i] = vocab.words[rng.randint(0, len(vocab.words) - 1)]
-            masked.append(i)
-    masked.sort()
-    return output, masked, [tokens[i] for i in masked]
+    cut_a, cut_b = _cuts(len(tokens_a), len(tokens_b), max_num_tokens)
+    for tokens, cut in ((tokens_a, cut_a), (tokens_b, cut_b)):
+        if cut:
+            front = bin(rng.getrandbits(cut)).count("1")
+            del tokens[:front]
+            del tokens[len(tokens) - (cut - front):]
 
 
-def create_instances_from_document(documents, index, options, vocab, rng):
-    """One document (a list of sentences, each a list of ids) → its training instances."""
+def _cuts(len_a, len_b, max_num_tokens):
+    """Tokens cut from A and from B: the longer loses one until they are even, then B, A, B ...
+    (the original's loop, which cuts B when the two are as long)."""
+    excess = len_a + len_b - max_num_tokens
+    if excess <= 0:
+        return 0, 0
+    first = min(excess, abs(len_a - len_b))
+    rest = excess - first
+    return (rest // 2 + (first if len_a > len_b else 0),
+            rest - rest // 2 + (first if len_a <= len_b else 0))
+
+
+# A sentence pair before masking: `[CLS] A [SEP] B [SEP]` ids and the length of A.
+Pair = collections.namedtuple("Pair", "tokens len_a is_random_next")
+
+
+def create_pairs_from_document(documents, index, options, vocab, rng):
+    """One document (a list of sentences, each a list of ids) → its sentence pairs (`Pair`s)."""
     document = documents[index]
     max_num_tokens = options.max_seq_length - 3
     target_seq_length = max_num_tokens
     if rng.random() < options.short_seq_prob:
         target_seq_length = rng.randint(2, max_num_tokens)
-    instances, current_chunk, current_length, i = [], [], 0, 0
+    pairs, current_chunk, current_length, i = [], [], 0, 0
     while i < len(document):
         current_chunk.append(document[i])
         current_length += len(document[i])
@@ -178,37 +165,181 @@ def create_instances_from_document(documents, index, options, vocab, rng):
                     tokens_b = [t for s in current_chunk[a_end:] for t in s]
                 truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
                 if tokens_a and tokens_b:
-                    tokens = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
-                    segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
-                    tokens, positions, labels = create_masked_lm_predictions(
-                        tokens, options, vocab, rng)
-                    instances.append(Instance(tokens, segment_ids, positions, labels,
-                                              is_random_next))
+                    pairs.append(Pair([vocab.cls_id, *tokens_a, vocab.sep_id, *tokens_b,
+                                       vocab.sep_id], len(tokens_a), is_random_next))
             current_chunk, current_length = [], 0
         i += 1
+    return pairs
+
+
+def pad_pairs(pairs, max_seq_length):
+    """`Pair`s → `input_ids`, `segment_ids`, `input_mask` [N, T] and `next_sentence_labels`
+    [N, 1], int64 numpy arrays, zero-padded."""
+    n = len(pairs)
+    lengths = np.fromiter((len(p.tokens) for p in pairs), np.int64, n)
+    len_a = np.fromiter((p.len_a for p in pairs), np.int64, n)
+    columns = np.arange(max_seq_length)
+    input_mask = (columns < lengths[:, None]).astype(np.int64)
+    input_ids = np.zeros((n, max_seq_length), np.int64)
+    input_ids[input_mask.astype(bool)] = np.fromiter(
+        itertools.chain.from_iterable(p.tokens for p in pairs), np.int64, int(lengths.sum()))
+    segment_ids = input_mask * (columns >= (len_a + 2)[:, None])
+    labels = np.fromiter((p.is_random_next for p in pairs), np.int64, n)[:, None]
+    return {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask,
+            "next_sentence_labels": labels}
+
+
+def mask_tokens(input_ids, input_mask, options, vocab, rng):
+    """Masked LM on padded rows of `[CLS] A [SEP] B [SEP]`, all rows at once (NumPy).
+
+    Each row predicts `min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))` of its
+    n maskable tokens (whole words with `whole_word_mask`), chosen at random; 80% become
+    `[MASK]`, 10% a random word, 10% stay. `rng` is a `numpy.random.Generator`.
+    Returns the masked ids [N, T] and `masked_lm_positions`, `masked_lm_ids`,
+    `masked_lm_weights` [N, P] (positions ascending, zero-padded).
+
+    >>> class V: cls_id, sep_id, mask_id, words = 2, 3, 4, np.array([5, 6])
+    >>> V.is_continuation = np.zeros(7, bool)
+    >>> ids, mask = np.array([[2, 5, 6, 5, 3, 0]]), np.array([[1, 1, 1, 1, 1, 0]])
+    >>> out, pos, labels, w = mask_tokens(ids, mask, Options(), V, np.random.default_rng(0))
+    >>> int(w.sum()), bool(out[0, pos[0, 0]] in (4, 5, 6)), bool(labels[0, 0] == ids[0, pos[0, 0]])
+    (1, True, True)
+    """
+    n_rows, length = input_ids.shape
+    eligible = input_mask.astype(bool) & (input_ids != vocab.cls_id) & (input_ids != vocab.sep_id)
+    n = eligible.sum(axis=1)
+    k = np.minimum(options.max_predictions_per_seq,
+                   np.maximum(1, np.rint(n * options.masked_lm_prob).astype(np.int64)))
+    keys = np.where(eligible, rng.random((n_rows, length)), 2.0)
+    if options.whole_word_mask:
+        selected = _whole_words(input_ids, eligible, keys, k, vocab)
+    else:                                       # the k eligible tokens of smallest key
+        rank = np.empty_like(input_ids)
+        np.put_along_axis(rank, np.argsort(keys, axis=1, kind="stable"),
+                          np.arange(length)[None, :], axis=1)
+        selected = eligible & (rank < k[:, None])
+    draw = rng.random((n_rows, length))
+    random_words = vocab.words[rng.integers(0, len(vocab.words), (n_rows, length))]
+    output = np.where(selected & (draw < 0.8), vocab.mask_id, input_ids)
+    output = np.where(selected & (draw >= 0.9), random_words, output)
+    count = selected.sum(axis=1)
+    p = options.max_predictions_per_seq
+    positions = np.argsort(~selected, axis=1, kind="stable")[:, :p]   # selected ones first
+    positions = np.pad(positions, ((0, 0), (0, p - positions.shape[1])))  # when p > T
+    real = np.arange(p)[None, :] < count[:, None]
+    positions = np.where(real, positions, 0)
+    labels = np.where(real, np.take_along_axis(input_ids, positions, axis=1), 0)
+    return output, positions, labels, real.astype(np.float32)
+
+
+def _whole_words(input_ids, eligible, keys, k, vocab):
+    """Whole-word selection: a `##` piece right after an eligible token joins its word; words
+    are taken in key order, skipping one that would overshoot k (as the original does)."""
+    previous = np.zeros_like(eligible)
+    previous[:, 1:] = eligible[:, :-1]
+    starts = eligible & ~(vocab.is_continuation[input_ids] & previous)
+    word = np.cumsum(starts, axis=1) - 1                     # word index of each token
+    selected = np.zeros_like(eligible)
+    for r in range(len(input_ids)):
+        first = np.flatnonzero(starts[r])
+        sizes = np.bincount(word[r][eligible[r]], minlength=len(first))
+        chosen, total = [], 0
+        for w in np.argsort(keys[r, first], kind="stable").tolist():
+            if total >= k[r]:
+                break
+            if total + sizes[w] <= k[r]:
+                chosen.append(w)
+                total += sizes[w]
+        selected[r] = eligible[r] & np.isin(word[r], chosen)
+    return selected
+
+
+def create_instances_from_document(documents, index, options, vocab, rng):
+    """One document → its masked training instances (`Instance`s of lists), `rng` a
+    `random.Random`; `write_block` does the same for a whole block at once."""
+    pairs = create_pairs_from_document(documents, index, options, vocab, rng)
+    if not pairs:
+        return []
+    f = pad_pairs(pairs, options.max_seq_length)
+    ids, positions, labels, weights = mask_tokens(
+        f["input_ids"], f["input_mask"], options, vocab,
+        np.random.default_rng(rng.getrandbits(64)))
+    instances = []
+    for r, pair in enumerate(pairs):
+        m = int(weights[r].sum())
+        instances.append(Instance(
+            ids[r, :len(pair.tokens)].tolist(), f["segment_ids"][r, :len(pair.tokens)].tolist(),
+            positions[r, :m].tolist(), labels[r, :m].tolist(), pair.is_random_next))
     return instances
 
 
-def serialize_instance(instance, options):
-    """An `Instance` → a serialized `tf.train.Example` with the original BERT features."""
-    import tensorflow as tf
-    pad = options.max_seq_length - len(instance.input_ids)
-    pad_lm = options.max_predictions_per_seq - len(instance.masked_lm_positions)
+# --- tf.train.Example records, encoded in bulk ---------------------------------------------------
+def _varints(values):
+    """Non-negative ints [N, L] → the protobuf varint bytes of each row, concatenated, and the
+    end offset of each row in them."""
+    values = np.asarray(values, np.int64)
+    width = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)
+    # Byte i of a value is there when the value has more than 7 * i bits (byte 0 always).
+    used = [np.ones(values.shape, bool)] + [values >= 1 << 7 * i for i in range(1, width + 1)]
+    data = np.stack([(values >> 7 * i) & 0x7F | used[i + 1] * 0x80 for i in range(width)], -1)
+    keep = np.stack(used[:width], -1)
+    return data[keep].astype(np.uint8).tobytes(), np.cumsum(keep.sum(axis=(1, 2)))
 
-    def ints(values):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-    features = {
-        "input_ids": ints(list(instance.input_ids) + [0] * pad),
-        "input_mask": ints([1] * len(instance.input_ids) + [0] * pad),
-        "segment_ids": ints(list(instance.segment_ids) + [0] * pad),
-        "masked_lm_positions": ints(list(instance.masked_lm_positions) + [0] * pad_lm),
-        "masked_lm_ids": ints(list(instance.masked_lm_ids) + [0] * pad_lm),
-        "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(
-            value=[1.0] * len(instance.masked_lm_ids) + [0.0] * pad_lm)),
-        "next_sentence_labels": ints([1 if instance.is_random_next else 0]),
-    }
-    example = tf.train.Example(features=tf.train.Features(feature=features))
-    return example.SerializeToString(deterministic=True)   # map order fixed across processes
+
+def _varint(n):
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _tag(field, length):
+    """The tag and length of a length-delimited protobuf field."""
+    return bytes([field << 3 | 2]) + _varint(length)
+
+
+class _Column:
+    """One feature of every row: its packed values and, per payload length, the bytes that come
+    before them in the `Features` map entry (key, `Feature`, `Int64List`/`FloatList` headers)."""
+
+    def __init__(self, name, values):
+        if name == "masked_lm_weights":                      # FloatList: little-endian float32
+            self.kind, self.data = 2, np.ascontiguousarray(values, "<f4").tobytes()
+            self.ends = (np.arange(1, len(values) + 1) * values.shape[1] * 4).tolist()
+        else:                                                # Int64List: packed varints
+            self.kind, (self.data, ends) = 3, _varints(values)
+            self.ends = ends.tolist()
+        self.key = _tag(1, len(name)) + name.encode()
+        self.headers = {}
+
+    def entry(self, r):
+        start, end = (self.ends[r - 1] if r else 0), self.ends[r]
+        header = self.headers.get(end - start)
+        if header is None:
+            values = _tag(1, end - start)                    # the packed list
+            feature = _tag(self.kind, len(values) + end - start) + values
+            entry = self.key + _tag(2, len(feature) + end - start) + feature
+            header = self.headers[end - start] = _tag(1, len(entry) + end - start) + entry
+        return header + self.data[start:end]
+
+
+def serialize_examples(features):
+    """Feature arrays (rows of `FEATURES`) → serialized `tf.train.Example`s, one a row, the
+    bytes `SerializeToString(deterministic=True)` gives (map entries in key order).
+
+    >>> f = {k: np.zeros((1, 2), np.int64) for k in FEATURES}
+    >>> f["input_ids"][0] = [101, 30000]
+    >>> len(serialize_examples(f)[0])
+    194
+    """
+    columns = [_Column(name, features[name]) for name in sorted(FEATURES)]
+    records = []
+    for r in range(len(features["input_ids"])):
+        entries = b"".join([column.entry(r) for column in columns])
+        records.append(_tag(1, len(entries)) + entries)
+    return records
 
 
 def iter_blocks(paths, input_format="auto", block_size=20000, report=None):
@@ -252,26 +383,47 @@ def tokenize_documents(block, tokenizer, batch_size=4096):
     return documents
 
 
+def _generator(*parts):
+    """A NumPy generator seeded by a string of `parts` (any ints, negative ones too)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:16], "little"))
+
+
+def make_features(documents, index, options, masking):
+    """A block's tokenized documents → its feature arrays (rows of `FEATURES`), shuffled; every
+    random choice is seeded by (seed, block index), so a block gives the same rows anywhere."""
+    pairs = []
+    for dupe in range(options.dupe_factor):
+        rng = random.Random(f"{options.seed}/{index}/{dupe}")
+        for d in range(len(documents)):
+            pairs.extend(create_pairs_from_document(documents, d, options, masking, rng))
+    if not pairs:
+        return None
+    features = pad_pairs(pairs, options.max_seq_length)
+    generator = _generator(options.seed, index, "mask")
+    (features["input_ids"], features["masked_lm_positions"], features["masked_lm_ids"],
+     features["masked_lm_weights"]) = mask_tokens(features["input_ids"], features["input_mask"],
+                                                  options, masking, generator)
+    order = generator.permutation(len(pairs))
+    features = {name: values[order] for name, values in features.items()}
+    return features
+
+
 def write_block(index, block, vocab, lower_case, options, output_dir):
     """One block of documents → one shard (written atomically); returns its statistics."""
     import tensorflow as tf
     tokenizer = _tokenizer(vocab, lower_case)
     masking = Vocabulary(tokenizer)
-    documents = tokenize_documents(block, tokenizer)
-    instances = []
-    for dupe in range(options.dupe_factor):
-        rng = random.Random(f"{options.seed}/{index}/{dupe}")
-        for d in range(len(documents)):
-            instances.extend(create_instances_from_document(documents, d, options, masking, rng))
-    random.Random(f"{options.seed}/{index}/shuffle").shuffle(instances)
-    stats = collections.Counter(documents=len(block), instances=len(instances))
+    features = make_features(tokenize_documents(block, tokenizer), index, options, masking)
+    stats = collections.Counter(documents=len(block))
     path = os.path.join(output_dir, SHARD_NAME.format(index))
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with tf.io.TFRecordWriter(tmp) as writer:
-            for instance in instances:
-                writer.write(serialize_instance(instance, options))
-                _count(stats, instance, masking)
+            if features is not None:
+                _count(stats, features, masking)
+                for record in serialize_examples(features):
+                    writer.write(record)
         os.replace(tmp, path)
     except BaseException:                       # SIGINT included: no half-written file stays
         _remove(tmp)
@@ -279,16 +431,17 @@ def write_block(index, block, vocab, lower_case, options, output_dir):
     return index, stats
 
 
-def _count(stats, instance, masking):
-    n = len(instance.input_ids)
-    stats["tokens"] += n
-    stats["eligible"] += n - 3
-    stats["masked"] += len(instance.masked_lm_positions)
-    stats["not_next"] += instance.is_random_next
-    for p, label in zip(instance.masked_lm_positions, instance.masked_lm_ids):
-        token = instance.input_ids[p]
-        stats["as_mask" if token == masking.mask_id else
-              "as_same" if token == label else "as_random"] += 1
+def _count(stats, features, masking):
+    lengths = features["input_mask"].sum(axis=1)
+    real = features["masked_lm_weights"] > 0
+    token = np.take_along_axis(features["input_ids"], features["masked_lm_positions"], 1)[real]
+    label = features["masked_lm_ids"][real]
+    as_mask = int((token == masking.mask_id).sum())
+    as_same = int(((token == label) & (token != masking.mask_id)).sum())
+    stats.update(instances=len(lengths), tokens=int(lengths.sum()),
+                 eligible=int((lengths - 3).sum()), masked=int(real.sum()),
+                 not_next=int(features["next_sentence_labels"].sum()), as_mask=as_mask,
+                 as_same=as_same, as_random=int(real.sum()) - as_mask - as_same)
 
 
 def _remove(path):
@@ -330,8 +483,15 @@ def prepare_output(output_dir, overwrite=False):
     return old
 
 
+def usable_cpus():
+    """The CPUs this process may run on (its affinity mask), the default number of workers."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_case=True,
-                            workers=1, input_format="auto", block_size=20000, progress=True,
+                            workers=None, input_format="auto", block_size=20000, progress=True,
                             overwrite=False):
     """Text files → TFRecord shards in `output_dir`; returns the totals (a Counter).
 
@@ -340,7 +500,8 @@ def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_c
         vocab: a `vocab.txt` path or a token list.
         output_dir: where `shard-NNNNN.tfrecord` files go (created if needed).
         options: `Options` (sequence length, masking, dupe factor, seed).
-        workers: processes that tokenize and write blocks in parallel.
+        workers: processes that tokenize and write blocks in parallel (default: every usable
+            CPU, `usable_cpus()`); the output is the same whatever the number.
         input_format: `auto`, `documents` or `sentences`.
         block_size: sentences per block (the memory bound, and the reach of "random next").
         overwrite: replace the shards already in `output_dir` (a non-empty one is refused
@@ -352,10 +513,10 @@ def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_c
     >>> create_pretraining_data(["a.txt"], "vocab.txt", "out/", Options(seed=1))  # doctest: +SKIP
     """
     check_options(options)
+    workers = usable_cpus() if workers is None else workers
     if workers < 1 or block_size < 1:
         raise ValueError(f"workers ({workers}) and block_size ({block_size}) must be at least 1")
-    vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
-    _tokenizer(vocab, lower_case)      # fails now, in one line, on a vocabulary without specials
+    vocab = read_vocab(vocab)          # fails now, in one line, on a vocabulary without specials
     report = InputReport()
     check_inputs(paths)
     blocks = iter_blocks(paths, input_format, block_size, report)
@@ -384,13 +545,22 @@ def _write_blocks(blocks, arguments, workers, progress):
         totals.update(stats)
         bar.update(stats["documents"])
         totals["shards"] += 1
+    blocks = iter(blocks)
+    first = [block for block in (next(blocks, None), next(blocks, None)) if block is not None]
+    if len(first) < 2:
+        workers = 1                             # one block: no worker start-up to pay for
+    blocks = itertools.chain(first, blocks)
     try:
         if workers <= 1:
             for index, block in enumerate(blocks):
                 add(write_block(index, block, *arguments)[1])
         else:
             import multiprocessing
-            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            # Spawned (a forked TensorFlow is unsafe); each worker imports TensorFlow and builds
+            # the tokenizer while this process reads the first blocks.
+            vocab, lower_case = arguments[:2]
+            with multiprocessing.get_context("spawn").Pool(
+                    workers, initializer=_tokenizer, initargs=(vocab, lower_case)) as pool:
                 pending = collections.deque()
                 for index, block in enumerate(blocks):
                     pending.append(pool.apply_async(write_block, (index, block) + arguments))
