@@ -77,7 +77,7 @@ def main():
         # threads here must not share its interpreter (and GIL).
         from app import handlers, server
         from app.registry import Registry, discover
-        registry = Registry(discover(server.DEFAULT_MODELS_DIR, args.model))
+        registry = Registry(discover(server.models_dir_or_default(), args.model))
         name = name or (registry.with_head("mlm") or [None])[0]
         if name is None:
             sys.exit("no checkpoint with an MLM head: pass --model CKPT")
