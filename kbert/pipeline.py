@@ -277,6 +277,11 @@ class Bert:
                 f"{', '.join(self.heads) or 'no heads'}")
         return self.heads[head]
 
+    def _encode_pairs(self, first, second):
+        """Id lists of both sides of each pair, tokenized in one graph call."""
+        ids = self.tokenizer.encode_batch(list(first) + list(second))
+        return ids[:len(first)], ids[len(first):]
+
     def _run(self, kind, features, batch_size):
         """Runs one batch of packed numpy features padded to its bucket shape; returns the
         output rows of the real examples."""
@@ -357,7 +362,7 @@ class Bert:
         a, b, single = _pairs("next_sentence", sentence_a, sentence_b)
         batch_size = _positive_int("next_sentence", "batch_size", batch_size)
         self._require("nsp", "next_sentence")
-        ids_a, ids_b = self.tokenizer.encode_batch(a), self.tokenizer.encode_batch(b)
+        ids_a, ids_b = self._encode_pairs(a, b)
         results = [None] * len(a)
         for idx, _, logits in self._batched("nsp", ids_a, ids_b, batch_size):
             probs = _softmax(logits.astype(np.float64))
@@ -393,8 +398,10 @@ class Bert:
         batch_size = _positive_int("classify", "batch_size", batch_size)
         self._require("classifier", "classify")
         options = self.checkpoint.head_options.get("classifier", {})
-        ids_a = self.tokenizer.encode_batch(first)
-        ids_b = [None] * len(first) if text_pair is None else self.tokenizer.encode_batch(second)
+        if text_pair is None:
+            ids_a, ids_b = self.tokenizer.encode_batch(first), [None] * len(first)
+        else:
+            ids_a, ids_b = self._encode_pairs(first, second)
         results = [None] * len(first)
         for idx, _, logits in self._batched("classifier", ids_a, ids_b, batch_size):
             for r, i in enumerate(idx):
