@@ -1,10 +1,11 @@
 """What `kbert.load` returns: a checkpoint with its tokenizer, ready for inference.
 
 Every method takes one input or a list. A list is tokenized in one graph call, sorted by length
-and run in padded batches of at most `batch_size`; each batch is padded to a bucket shape
-(length a multiple of 16, batch a power of two) and run through one compiled function per
-method (`tf.function` on TensorFlow, `jax.jit` on JAX, a TorchScript trace on PyTorch), so
-repeated calls reuse a few traced graphs instead of dispatching every layer eagerly.
+and run in batches of at most `batch_size`; each batch belongs to a bucket shape (length a
+multiple of 16, batch a power of two) with one compiled function per method and bucket
+(`tf.function` on TensorFlow, `jax.jit` on JAX, a TorchScript trace on PyTorch), so repeated
+calls reuse a few traced graphs instead of dispatching every layer eagerly. Only JAX pads the
+batch to its bucket; the TensorFlow and PyTorch functions run it at its own packed shape.
 
 Example:
 >>> import kbert                                                        # doctest: +SKIP
