@@ -30,12 +30,17 @@ def add_arguments(parser):
     return parser
 
 
+def models_dir_or_default(models_dir=DEFAULT_MODELS_DIR):
+    """`models_dir`, or the first directory of the checkpoint search path."""
+    from kbert.checkpoint import search_path
+    return models_dir or next(iter(search_path()), "saved_models")
+
+
 def build(models=(), models_dir=DEFAULT_MODELS_DIR, concurrency=DEFAULT_CONCURRENCY):
     """(demo, registry): the queued Blocks app over the checkpoints found."""
     from app.registry import Registry, discover
     from app.ui import build_demo
-    from kbert.checkpoint import search_path
-    models_dir = models_dir or next(iter(search_path()), "saved_models")
+    models_dir = models_dir_or_default(models_dir)
     registry = Registry(discover(models_dir, models))
     demo = build_demo(registry)
     demo.queue(default_concurrency_limit=max(1, concurrency), max_size=256)

@@ -12,6 +12,7 @@ of server time; 50 concurrent requests p95 <= 3 s).
 
 import argparse
 import concurrent.futures
+import json
 import os
 import socket
 import statistics
@@ -57,6 +58,59 @@ def _wait_for(url, process, timeout=600):
     sys.exit(f"the app did not answer at {url} within {timeout} s")
 
 
+CLIENTS = ("http", "gradio", "gradio-shared")
+
+
+def _http_predict(url, data):
+    """The result of one `/fill_mask` event over Gradio's REST API (a POST that queues the
+    event, then its server-sent events until `complete` or `error`)."""
+    body = json.dumps({"data": data}).encode()
+    post = urllib.request.Request(url + "gradio_api/call/fill_mask", data=body,
+                                  headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(post, timeout=120) as response:
+        event_id = json.load(response)["event_id"]
+    event = None
+    with urllib.request.urlopen(f"{url}gradio_api/call/fill_mask/{event_id}",
+                                timeout=120) as stream:
+        for line in stream:
+            line = line.decode().strip()
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event in ("complete", "error"):
+                if event == "error":
+                    raise RuntimeError(f"the app answered an error: {line[5:].strip()}")
+                return json.loads(line[5:])
+    raise RuntimeError("the event stream ended without a result")
+
+
+def _requester(kind, url, name, clients):
+    """request(i) → seconds of the i-th `/fill_mask` request, through the chosen client.
+
+    The load generator shares the machine with the app: gradio_client is heavy (per request,
+    threads and an event-stream reader in Python), so by default plain HTTP requests stand in
+    for the browsers, which would run elsewhere. One gradio_client shared by all reads every
+    result of its session from one stream and runs at most 40 jobs at once.
+    """
+    if kind == "http":
+        predict = lambda i, data: _http_predict(url, data)  # noqa: E731
+    else:
+        from gradio_client import Client
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            clients = list(pool.map(lambda _: Client(url, verbose=False),
+                                    range(1 if kind == "gradio-shared" else clients)))
+        predict = lambda i, data: clients[i % len(clients)].predict(  # noqa: E731
+            *data, api_name="/fill_mask")
+
+    def request(i):
+        start = time.perf_counter()
+        masks, best, _, notice = predict(i, [name, SENTENCES[i % len(SENTENCES)], 5])
+        elapsed = time.perf_counter() - start
+        if not masks or (notice or "").startswith("⚠️"):
+            raise RuntimeError(f"request {i} failed: {notice}")
+        return elapsed
+    return request
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", help="a running app (default: start one here)")
@@ -65,16 +119,19 @@ def main():
     p.add_argument("--requests", type=int, default=50)
     p.add_argument("--concurrency", type=int, help="the app's concurrency limit "
                                                     "(default: the app's)")
+    p.add_argument("--client", choices=CLIENTS, default="http",
+                   help="http (default): each request a POST and its event stream on Gradio's "
+                        "REST API (stdlib, as curl would); gradio: one gradio_client per "
+                        "request; gradio-shared: one gradio_client for all")
     args = p.parse_args()
 
-    from gradio_client import Client
     server_process, name, url, server_ms = None, args.model_name, args.url, None
     if url is None:
         # The app runs in its own process, as it would serve real clients: the 50 client
         # threads here must not share its interpreter (and GIL).
         from app import handlers, server
         from app.registry import Registry, discover
-        registry = Registry(discover(server.DEFAULT_MODELS_DIR, args.model))
+        registry = Registry(discover(server.models_dir_or_default(), args.model))
         name = name or (registry.with_head("mlm") or [None])[0]
         if name is None:
             sys.exit("no checkpoint with an MLM head: pass --model CKPT")
@@ -88,24 +145,15 @@ def main():
         url = f"http://127.0.0.1:{port}/"
         _wait_for(url, server_process)
 
-    client = Client(url, verbose=False)   # one client, as a web page is one; it is thread-safe
-
-    def request(i):
-        start = time.perf_counter()
-        masks, best, _, notice = client.predict(name, SENTENCES[i % len(SENTENCES)], 5,
-                                                api_name="/fill_mask")
-        elapsed = time.perf_counter() - start
-        if not masks or notice.startswith("⚠️"):
-            raise RuntimeError(f"request {i} failed: {notice}")
-        return elapsed
-
+    request = _requester(args.client, url, name, args.requests)
     single = min(request(0) for _ in range(3))   # warm-up; the first call builds the graph
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(args.requests) as pool:
         latencies = sorted(pool.map(request, range(args.requests)))
     wall = time.perf_counter() - start
     q = statistics.quantiles(latencies, n=100, method="inclusive")
-    print(f"{args.requests} concurrent /fill_mask requests on {name}: all succeeded")
+    print(f"{args.requests} concurrent /fill_mask requests on {name} "
+          f"(client: {args.client}): all succeeded")
     print(f"latency p50 {q[49] * 1000:.0f} ms, p95 {q[94] * 1000:.0f} ms, "
           f"max {latencies[-1] * 1000:.0f} ms; throughput {args.requests / wall:.1f} req/s "
           f"({wall:.1f} s wall, {os.cpu_count()} CPUs); one request alone {single * 1000:.0f} ms")

@@ -1,10 +1,11 @@
 """What `kbert.load` returns: a checkpoint with its tokenizer, ready for inference.
 
 Every method takes one input or a list. A list is tokenized in one graph call, sorted by length
-and run in padded batches of at most `batch_size`; each batch is padded to a bucket shape
-(length a multiple of 16, batch a power of two) and run through one compiled function per
-method (`tf.function` on TensorFlow, `jax.jit` on JAX, eager `torch.no_grad` on PyTorch), so
-repeated calls reuse a few traced graphs instead of dispatching every layer eagerly.
+and run in batches of at most `batch_size`; each batch belongs to a bucket shape (length a
+multiple of 16, batch a power of two) with one compiled function per method and bucket
+(`tf.function` on TensorFlow, `jax.jit` on JAX, a TorchScript trace on PyTorch), so repeated
+calls reuse a few traced graphs instead of dispatching every layer eagerly. Only JAX pads the
+batch to its bucket; the TensorFlow and PyTorch functions run it at its own packed shape.
 
 Example:
 >>> import kbert                                                        # doctest: +SKIP
@@ -16,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Sequence
 from typing import Union
 
@@ -108,13 +110,16 @@ def _pad(features, rows, length, fill_row):
 class _Runner:
     """The model's forward pass for each method, compiled once per bucket shape.
 
-    `traces` counts how often a function body was traced (TensorFlow, JAX); `shapes` holds the
-    (kind, input shapes) it has run on. On PyTorch the pass runs eagerly under `no_grad`.
+    `traces` counts how often a function body was traced; `shapes` holds the (kind, bucket
+    shapes) it has run on. JAX compiles for static shapes, so its inputs are padded to the
+    bucket; a TensorFlow graph (input signature with unknown sizes) and a PyTorch trace take
+    any batch and length, so they run on the batch as packed, without padding compute.
     """
 
     def __init__(self, backbone, heads):
         self.backbone, self.heads = backbone, heads
         self.backend = keras.backend.backend()
+        self.pads = self.backend == "jax"
         self.traces = 0
         self.shapes = set()
         self._functions = {}
@@ -154,12 +159,16 @@ class _Runner:
         values, ids = ops.top_k(logits, k)
         return values, ids, ops.logsumexp(logits, axis=-1)
 
-    def _compile(self, kind):
+    def _compile(self, kind, features):
         if self.backend == "tensorflow":
             import tensorflow as tf
             # A partial, not a lambda: TF keys its "frequent retracing" warning on a function's
             # code, and these functions (one per bucket shape) share it but each trace once.
-            return tf.function(functools.partial(self._traced, kind))
+            # Unknown sizes: one graph runs every batch of the bucket at its own shape (the
+            # kernels are the same as for a fixed shape; padding would only add work).
+            spec = {key: tf.TensorSpec([None, None], value.dtype)
+                    for key, value in features.items()}
+            return tf.function(functools.partial(self._traced, kind), input_signature=[spec])
         if self.backend == "jax":
             import jax
             variables = self._variables()
@@ -169,12 +178,38 @@ class _Runner:
                     return self._body(kind, dict(features))
             jitted = jax.jit(stateless)
             return lambda features: jitted([v.value for v in variables], features)
+        return self._torch_trace(kind, features)
+
+    def _torch_trace(self, kind, features):
+        """The pass as a TorchScript trace: the recorded tensor ops replayed without Keras'
+        Python dispatch per layer (eager Keras spent ~2/3 of a short input's time there).
+
+        The trace reads the layers' own parameters (a fine-tuned update is seen) and records
+        sizes as they flow, so it runs any batch and length (the tests compare it with eager).
+        """
         import torch
 
-        def eager(features):
+        runner, keys = self, sorted(features)
+
+        class Pass(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = torch.nn.ModuleList([runner.backbone, *runner.heads.values()])
+
+            def forward(self, *tensors):
+                return runner._body(kind, dict(zip(keys, tensors)))
+
+        example = tuple(torch.as_tensor(features[key]) for key in keys)
+        with torch.no_grad(), warnings.catch_warnings():
+            # The tracer's notes are about Keras' input-shape checks and constants, which
+            # are not data flow; torch.jit.trace itself is marked deprecated in torch 2.x.
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(Pass(), example, check_trace=False)
+
+        def run(features):
             with torch.no_grad():
-                return self._body(kind, dict(features))
-        return eager
+                return traced(*(torch.as_tensor(features[key]) for key in keys))
+        return run
 
     def _variables(self):
         seen, out = set(), []
@@ -185,13 +220,15 @@ class _Runner:
                     out.append(v)
         return out
 
-    def __call__(self, kind, features):
-        """Numpy features → numpy output of the `kind` pass."""
-        key = (kind, tuple(sorted((k, v.shape) for k, v in features.items())))
+    def __call__(self, kind, features, padded):
+        """Numpy features → numpy output of the `kind` pass; `padded` is the batch padded to
+        its bucket shape, which names the compiled function (and is what JAX runs)."""
+        key = (kind, tuple(sorted((k, v.shape) for k, v in padded.items())))
+        inputs = padded if self.pads else features
         if key not in self._functions:   # one function per bucket shape: each traces once
-            self._functions[key] = self._compile(kind)
+            self._functions[key] = self._compile(kind, inputs)
         self.shapes.add(key)
-        return keras.tree.map_structure(ops.convert_to_numpy, self._functions[key](features))
+        return keras.tree.map_structure(ops.convert_to_numpy, self._functions[key](inputs))
 
 
 class Bert:
@@ -226,8 +263,8 @@ class Bert:
 
     @property
     def trace_count(self) -> int:
-        """How many times a compiled forward pass was traced (0 on PyTorch: it runs eagerly)."""
-        return self._runner.traces if self._runner.backend != "torch" else 0
+        """How many times a compiled forward pass was traced (once per bucket shape)."""
+        return self._runner.traces
 
     @property
     def bucket_shapes(self) -> list:
@@ -241,13 +278,18 @@ class Bert:
                 f"{', '.join(self.heads) or 'no heads'}")
         return self.heads[head]
 
+    def _encode_pairs(self, first, second):
+        """Id lists of both sides of each pair, tokenized in one graph call."""
+        ids = self.tokenizer.encode_batch(list(first) + list(second))
+        return ids[:len(first)], ids[len(first):]
+
     def _run(self, kind, features, batch_size):
         """Runs one batch of packed numpy features padded to its bucket shape; returns the
         output rows of the real examples."""
         n, width = features["input_ids"].shape
         length = max(width, bucket_length(width, self.max_seq_length))
         rows = bucket_batch(n, batch_size)
-        out = self._runner(kind, _pad(features, rows, length, self._fill_row))
+        out = self._runner(kind, features, _pad(features, rows, length, self._fill_row))
         return keras.tree.map_structure(lambda x: x[:n], out)
 
     def _batched(self, kind, firsts, seconds, batch_size, extra=None):
@@ -321,7 +363,7 @@ class Bert:
         a, b, single = _pairs("next_sentence", sentence_a, sentence_b)
         batch_size = _positive_int("next_sentence", "batch_size", batch_size)
         self._require("nsp", "next_sentence")
-        ids_a, ids_b = self.tokenizer.encode_batch(a), self.tokenizer.encode_batch(b)
+        ids_a, ids_b = self._encode_pairs(a, b)
         results = [None] * len(a)
         for idx, _, logits in self._batched("nsp", ids_a, ids_b, batch_size):
             probs = _softmax(logits.astype(np.float64))
@@ -357,8 +399,10 @@ class Bert:
         batch_size = _positive_int("classify", "batch_size", batch_size)
         self._require("classifier", "classify")
         options = self.checkpoint.head_options.get("classifier", {})
-        ids_a = self.tokenizer.encode_batch(first)
-        ids_b = [None] * len(first) if text_pair is None else self.tokenizer.encode_batch(second)
+        if text_pair is None:
+            ids_a, ids_b = self.tokenizer.encode_batch(first), [None] * len(first)
+        else:
+            ids_a, ids_b = self._encode_pairs(first, second)
         results = [None] * len(first)
         for idx, _, logits in self._batched("classifier", ids_a, ids_b, batch_size):
             for r, i in enumerate(idx):

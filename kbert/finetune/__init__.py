@@ -9,15 +9,26 @@
     loop.py        `finetune` (train, score dev each epoch, keep the best) and `evaluate`
 """
 
-from kbert.finetune.loop import (
-                                 PAD_TO_MULTIPLE,
-                                 FinetuneResult,
-                                 KeepBest,
-                                 evaluate,
-                                 finetune,
-                                 predict,
-)
-from kbert.finetune.tasks import TASKS, get_task
+import importlib
 
-__all__ = ["PAD_TO_MULTIPLE", "TASKS", "FinetuneResult", "KeepBest", "evaluate", "finetune",
-           "get_task", "predict"]
+# The public names load on first use (PEP 562): inference (`kbert.load(...).answer`, `tag`)
+# reads only the numpy modules above, and must not import the training loop (Keras' whole
+# training stack) with them.
+_LAZY = {
+    **dict.fromkeys(["PAD_TO_MULTIPLE", "FinetuneResult", "KeepBest", "evaluate", "finetune",
+                     "predict"], "kbert.finetune.loop"),
+    **dict.fromkeys(["TASKS", "get_task"], "kbert.finetune.tasks"),
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value   # later look-ups skip this hook
+        return value
+    raise AttributeError(f"module 'kbert.finetune' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
@@ -140,6 +141,19 @@ def test_repeated_calls_in_one_bucket_do_not_retrace(tiny_pretrained):
         assert m.trace_count == traces + 1
 
 
+def test_a_compiled_bucket_runs_other_shapes_as_the_model_does(tiny_pretrained):
+    # TensorFlow and PyTorch run each batch at its own shape through the function traced for
+    # the bucket's first one: later lengths and row counts must give the layers' own numbers.
+    m = kbert.load(str(tiny_pretrained.checkpoint.path))
+    m.embed(["the dog sat on the mat ."] * 3)                 # traced at 3 rows (bucket of 4)
+    for texts in (["a"], ["the dog", "a man went to the store and he"], ["the cat"] * 4):
+        got = m.embed(texts)
+        features, _ = m.tokenizer.pack(m.tokenizer.encode_batch(texts))
+        want = m.backbone(features, training=False)["sequence_output"][:, 0]
+        np.testing.assert_allclose(got, keras.ops.convert_to_numpy(want), atol=1e-5)
+    assert len({shape for kind, shape in m.bucket_shapes}) == 3     # rows 1, 2 and 4
+
+
 def test_bucket_shapes():
     from kbert.pipeline import bucket_batch, bucket_length
     assert [bucket_length(n, 512) for n in (1, 16, 17, 500, 512)] == [16, 16, 32, 512, 512]
@@ -254,7 +268,9 @@ def test_import_and_cli_parsing_load_no_tensorflow():
             "        cli.build_parser().parse_args(argv)\n"
             "    except SystemExit:\n"
             "        pass\n"
-            "heavy = [m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules]\n"
+            "from kbert.finetune import metrics, squad, squad_postprocess  # what answer/tag read\n"
+            "heavy = [m for m in ('tensorflow', 'keras', 'jax', 'torch', 'kbert.finetune.loop')\n"
+            "         if m in sys.modules]\n"
             "print('heavy:', heavy)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-500:]
