@@ -3,7 +3,8 @@
     config.json        encoder hyper-parameters + `do_lower_case` + `heads` (each with its options)
     vocab.txt          WordPiece vocabulary
     model.safetensors  weights keyed `<component>/<path>`: `backbone/...`, `mlm/...`, `nsp/...`,
-                       `ltr/...` (a left-to-right LM on a causal encoder), `classifier/...`, `tagger/...`, `span/...`, `choice/...`
+                       `ltr/...` (a left-to-right LM on a causal encoder), `classifier/...`,
+                       `tagger/...`, `span/...`, `choice/...`
     MODEL_CARD.md      provenance and measured results (optional for a freshly converted model)
 
 Safetensors keeps the weights framework-neutral (readable without Keras, by any backend) and

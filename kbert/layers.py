@@ -213,7 +213,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
 
 class Pooler(keras.layers.Layer):
-    """tanh(W · h_[CLS] + b): the pooled output the NSP and classification heads read."""
+    """tanh(W · h_[CLS] + b): the pooled output the NSP and classification heads read.
+
+    Given `input_mask`, it reads the last real token instead of `[CLS]`: what a causal
+    (left-to-right) encoder uses, as there `[CLS]` has seen nothing but itself (GPT, too,
+    classifies from the last token).
+    """
 
     def __init__(self, hidden_size, initializer_range=0.02, **kwargs):
         super().__init__(**kwargs)
@@ -226,8 +231,12 @@ class Pooler(keras.layers.Layer):
     def build(self, sequence_shape):
         self.dense.build((sequence_shape[0], sequence_shape[-1]))
 
-    def call(self, sequence_output):
-        return self.dense(sequence_output[:, 0])                               # [B, H]
+    def call(self, sequence_output, input_mask=None):
+        if input_mask is None:
+            return self.dense(sequence_output[:, 0])                           # [B, H]
+        last = ops.sum(ops.cast(input_mask, "int32"), axis=1) - 1              # [B]
+        last = ops.maximum(last, 0)[:, None, None]                             # [B, 1, 1]
+        return self.dense(ops.take_along_axis(sequence_output, last, axis=1)[:, 0])
 
     def get_config(self):
         return {**super().get_config(), "hidden_size": self.hidden_size,

@@ -52,6 +52,9 @@ def _unpack(inputs):
 class BertBackbone(keras.Model):
     """The BERT encoder: embeddings → `num_layers` post-LN Transformer blocks → tanh pooler.
 
+    With `config.causal` each position attends to itself and the positions before it only
+    (a left-to-right encoder) and the pooler reads the last real token instead of `[CLS]`.
+
     Returns a dict with `sequence_output` [B, T, H] and `pooled_output` [B, H]; with
     `output_hidden_states=True` also `hidden_states` (embeddings + every layer, L + 1 tensors)
     and with `output_attentions=True` also `attentions` (L tensors of [B, N, T, T]).
@@ -105,7 +108,9 @@ class BertBackbone(keras.Model):
             else:
                 x = layer(x, input_mask, training=training)
             hidden_states.append(x)
-        outputs = {"sequence_output": x, "pooled_output": self.pooler(x)}
+        # A causal encoder pools its last real token, the one that has seen the whole input.
+        pooled = self.pooler(x, input_mask if self.config.causal else None)
+        outputs = {"sequence_output": x, "pooled_output": pooled}
         if output_hidden_states:
             outputs["hidden_states"] = hidden_states
         if output_attentions:

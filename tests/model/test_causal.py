@@ -45,6 +45,10 @@ def test_causal_encoder_ignores_later_tokens_and_default_stays_bidirectional():
     assert np.triu(probs, k=1).max() == 0.0
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
     np.testing.assert_allclose(ops.convert_to_numpy(out["sequence_output"]), a, atol=1e-5)
+    # The pooled output of a causal encoder reads the last real token, not [CLS].
+    pooled = ops.convert_to_numpy(causal(inputs)["pooled_output"])
+    np.testing.assert_allclose(pooled, np.tanh(a[:, -1] @ ops.convert_to_numpy(
+        causal.pooler.dense.kernel) + ops.convert_to_numpy(causal.pooler.dense.bias)), atol=1e-5)
     # Padding stays masked too: a padded key gets no weight.
     padded = dict(inputs, input_mask=np.concatenate(
         [np.ones((2, 9), "int32"), np.zeros((2, 3), "int32")], 1))
