@@ -2,6 +2,7 @@
 numbers in range, the table and curves, a second run that only reads back."""
 
 import json
+import math
 import os
 
 from helpers import WORDS, tiny_vocab, write_vocab
@@ -27,37 +28,38 @@ def _tiny_shared(root):
 
 
 def test_quick_ablations_run_once_then_resume(tmp_path):
+    # One pretraining variant (the left-to-right one, new code) fine-tuned once, and the
+    # full-sentences one, skipped while kbert has no text-to-batches pipeline: a few seconds.
     shared = tmp_path / "shared"
     _tiny_shared(shared)
     vocab = write_vocab(str(tmp_path), tiny_vocab())
     out, logged = tmp_path / "results", []
-    results = ablations.run(out, quick=True, variants=["bert", "ltr", "roberta"],
-                            tasks=["sst2"], shared=str(shared), vocab=vocab, log=logged.append)
+    results = ablations.run(out, quick=True, variants=["ltr", "roberta"], tasks=["sst2"],
+                            shared=str(shared), vocab=vocab, log=logged.append)
 
-    bert, ltr = (results["variants"][v]["pretraining"] for v in ("bert", "ltr"))
-    assert bert["steps"] == ltr["steps"] == ablations.QUICK.steps
-    assert len(bert["curve"]["loss"]) == ablations.QUICK.curve_points
-    assert 0 <= bert["heldout"]["mlm_accuracy"] <= 1 and 0 <= bert["heldout"]["nsp_accuracy"] <= 1
+    ltr = results["variants"]["ltr"]["pretraining"]
+    assert ltr["steps"] == ablations.QUICK.steps
+    assert len(ltr["curve"]["loss"]) == ablations.QUICK.curve_points
     assert sorted(ltr["heldout"]) == ["examples", "lm_accuracy", "lm_loss"]
-    # An untrained-ish LM: its loss is near log(vocabulary size), not 0 and not huge.
-    assert 1.0 < ltr["heldout"]["lm_loss"] < 2 * __import__("math").log(len(tiny_vocab()))
+    assert 0 <= ltr["heldout"]["lm_accuracy"] <= 1
+    # A barely trained LM: its loss is about log(vocabulary size), neither 0 nor huge.
+    assert 0.5 * math.log(len(tiny_vocab())) < ltr["heldout"]["lm_loss"] < 1.5 * math.log(
+        len(tiny_vocab()))
     with open(os.path.join(out, "work", "checkpoints", "ltr", "config.json")) as f:
         assert json.load(f)["causal"] is True
-    for v in ("bert", "ltr"):
-        (scores,) = results["variants"][v]["finetuning"]["sst2"]
-        assert 0 <= scores["accuracy"] <= 100
+    (scores,) = results["variants"]["ltr"]["finetuning"]["sst2"]
+    assert 0 <= scores["accuracy"] <= 100
     assert "roberta" in results["skipped"] and "roberta" not in results["variants"]
 
     table = (out / "ablations.md").read_text()
-    assert "| BERT (MLM + NSP) |" in table and "| LTR & No NSP |" in table
-    assert "92.7" in table and "not run" in table          # the paper's SST-2 beside ours
+    assert "| LTR & No NSP | — | — |" in table                 # no MLM or NSP head to score
+    assert "| 92.1 |" in table and "not run" in table           # the paper's SST-2 beside ours
     assert (out / "curves.png").stat().st_size > 1000
-    done = sorted(os.listdir(out / "units"))
-    assert done == ["data.json", "finetune-bert-sst2-seed0.json", "finetune-ltr-sst2-seed0.json",
-                    "pretrain-bert.json", "pretrain-ltr.json", "task-files-sst2.json"]
+    assert sorted(os.listdir(out / "units")) == [
+        "data.json", "finetune-ltr-sst2-seed0.json", "pretrain-ltr.json", "task-files-sst2.json"]
 
-    logged.clear()                                          # a second run only reads back
-    again = ablations.run(out, quick=True, variants=["bert", "ltr"], tasks=["sst2"],
-                          shared=str(shared), vocab=vocab, log=logged.append)
-    assert all(line.endswith("done already, skipped") for line in logged), logged
+    logged.clear()                                              # a second run only reads back
+    again = ablations.run(out, quick=True, variants=["ltr"], tasks=["sst2"], shared=str(shared),
+                          vocab=vocab, log=logged.append)
+    assert logged and all(line.endswith("done already, skipped") for line in logged), logged
     assert again["variants"] == results["variants"]

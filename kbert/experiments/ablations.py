@@ -129,7 +129,10 @@ def make_segment_pairs(units, work, corpus, vocab, plan):
 def full_sentences_data(corpus, vocab, plan):
     """RoBERTa's FULL-SENTENCES inputs with dynamic masking, from kbert's one text-to-batches
     tf.data pipeline (`kbert.data`, mode "full_sentences"). THE ONE PLACE that pipeline is
-    called for the ablations; None while this build has no such pipeline."""
+    called for the ablations; None while this build has no such pipeline (the variant is then
+    skipped). Returns {"train", "heldout"}: what `kbert.training.pretrain(data=...)` and
+    `evaluate_pretraining` read for this variant, as the segment pairs' shard folders are.
+    The held-out part must be the held-out documents, masked once (a fixed evaluation set)."""
     from kbert.data import inputs
     text_batches = getattr(inputs, "text_batches", None)    # the text → batches pipeline
     if text_batches is None:

@@ -429,10 +429,11 @@ def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
     examples = sum(1 for _ in inputs.pretraining_dataset(str(data), 4096, is_training=False)
                    .unbatch())
     out = model.evaluate(ds, steps=max_batches, return_dict=True, verbose=0)
-    result = {}
+    result, single = {}, len(model.outputs_trained) == 1
     for output in model.outputs_trained:                 # "mlm_logits" -> "mlm_accuracy", ...
         name = output.removesuffix("_logits")
-        result[f"{name}_accuracy"] = float(out[f"{output}_accuracy"])
-        result[f"{name}_loss"] = float(out.get(f"{output}_loss", out["loss"]))
+        # Keras names a single output's metrics without the output's name.
+        result[f"{name}_accuracy"] = float(out["accuracy" if single else f"{output}_accuracy"])
+        result[f"{name}_loss"] = float(out["loss" if single else f"{output}_loss"])
     return {**{k: v for k, v in sorted(result.items(), key=lambda kv: kv[0].endswith("loss"))},
             "examples": int(examples)}
