@@ -73,6 +73,7 @@ class Plan:
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
     dupe_factor: int = 5
+    data_workers: int = 8             # processes writing the shards
     steps: int = 10000
     batch_size: int = 128
     learning_rate: float = 5e-4
@@ -84,13 +85,14 @@ class Plan:
     max_train_examples: int | None = None
     max_dev_examples: int | None = None
     seeds: int = 3
+    jit_compile: str | bool = "auto"  # XLA: worth its compile time on a GPU, not in minutes
 
 
 FULL = Plan()
 QUICK = Plan(config="tiny", documents=24, held_out_every=8, max_seq_length=64,
-             max_predictions_per_seq=10, dupe_factor=1, steps=4, batch_size=8,
+             max_predictions_per_seq=10, dupe_factor=1, data_workers=1, steps=4, batch_size=8,
              learning_rate=1e-3, curve_points=2, finetune_epochs=1, finetune_batch_size=8,
-             max_train_examples=16, max_dev_examples=16, seeds=1)
+             max_train_examples=16, max_dev_examples=16, seeds=1, jit_compile=False)
 
 
 def corpus_split(corpus, plan):
@@ -118,7 +120,8 @@ def make_segment_pairs(units, work, corpus, vocab, plan):
         counts = {}
         for name, files in zip(("train", "heldout"), corpus_split(corpus, plan)):
             totals = pretraining.create_pretraining_data(
-                files, vocab, paths[name], options, progress=False, overwrite=True)
+                files, vocab, paths[name], options, progress=False, overwrite=True,
+                workers=min(plan.data_workers, os.cpu_count() or 1))
             counts[name] = {"documents": len(files), "instances": int(totals["instances"])}
         return counts
     if not all(os.path.isdir(p) for p in paths.values()):
@@ -156,7 +159,7 @@ def pretrain_variant(units, work, name, data, vocab, plan, log):
             steps=plan.steps, warmup_steps=int(plan.warmup * plan.steps),
             learning_rate=plan.learning_rate, checkpoint_every=every,
             dynamic_masking=variant.dynamic_masking, objective=variant.objective, seed=0,
-            verbose=0, jit_compile=False if plan is QUICK else "auto")
+            verbose=0, jit_compile=plan.jit_compile)
         if result.interrupted:
             raise KeyboardInterrupt
         held_out = training.evaluate_pretraining(result.model, data["heldout"])
@@ -225,7 +228,7 @@ def finetune_unit(units, work, name, ckpt, task, files, seed, plan):
             task, ckpt, files[0], files[1], output, epochs=plan.finetune_epochs,
             learning_rate=plan.finetune_learning_rate, batch_size=plan.finetune_batch_size,
             seed=seed, max_train_examples=plan.max_train_examples, verbose=False,
-            jit_compile=False if plan is QUICK else "auto")
+            jit_compile=plan.jit_compile)
         return {"scores": result.best_scores, "best_epoch": result.best_epoch,
                 "seconds": round(result.wall_seconds, 1)}
     out = units.run(f"finetune-{name}-{task}-seed{seed}", run)
