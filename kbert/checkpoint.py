@@ -75,7 +75,9 @@ class Checkpoint:
         """
         task = task or next((t for t in ("span", "classifier", "tagger", "choice", "ltr")
                              if t in self.heads), "pretraining")
-        need = {"pretraining": ("mlm",)}.get(task, (task,))
+        # Pretraining needs the MLM head; NSP is optional (the "No NSP" ablation has none).
+        need = {"pretraining": ("mlm",) if "mlm" in self.heads else ("mlm", "nsp")}.get(
+            task, (task,))
         missing = [h for h in need if h not in self.heads]
         if missing:
             raise CheckpointError(f"checkpoint {self.path or ''} has no {' or '.join(missing)} "

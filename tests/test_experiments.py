@@ -63,3 +63,38 @@ def test_quick_ablations_run_once_then_resume(tmp_path):
                           vocab=vocab, log=logged.append)
     assert logged and all(line.endswith("done already, skipped") for line in logged), logged
     assert again["variants"] == results["variants"]
+
+
+def test_feature_based_ner_reads_each_words_first_piece():
+    """Table 7's features: word i's row is the chosen hidden layers at its first piece, and
+    the rows combine (sum / concat) as the paper's table names them."""
+    import numpy as np
+    from keras import ops
+
+    from kbert import BertBackbone, BertConfig
+    from kbert.experiments import features
+    from kbert.finetune import ner
+    from kbert.tokenizer import Tokenizer
+
+    vocab = tiny_vocab()
+    backbone = BertBackbone(BertConfig.preset("tiny", vocab_size=len(vocab), num_layers=4))
+    sentences = [ner.Sentence(["the", "cat", "jumps"], ["O", "B-PER", "O"]),
+                 ner.Sentence(["paris", "is", "quickly", "good"], ["B-LOC", "O", "O", "O"])]
+    labels = ner.label_list(sentences)
+    encoded = ner.encode_ner(Tokenizer(vocab), sentences, labels, 16)
+    cached, counts = features.word_features(features.HiddenLayers(backbone), encoded)
+    assert counts == [3, 4] and cached.shape == (7, len(features.CACHED_LAYERS), 128)
+    states = backbone({k: encoded.features[k] for k in ("input_ids", "segment_ids",
+                                                        "input_mask")},
+                      output_hidden_states=True)["hidden_states"]
+    last = ops.convert_to_numpy(states[-1])
+    second = encoded.word_positions[1]
+    np.testing.assert_allclose(cached[3:, -1], last[1, second], atol=2e-2)   # float16 cache
+    four = np.stack([ops.convert_to_numpy(states[i])[1, second] for i in (-4, -3, -2, -1)], 1)
+    how, layers = features.COMBINATIONS["sum_last_four_hidden"]
+    np.testing.assert_allclose(features.combine(cached, how, layers)[3:], four.sum(1), atol=5e-2)
+    how, layers = features.COMBINATIONS["concat_last_four_hidden"]
+    assert features.combine(cached, how, layers).shape == (7, 4 * 128)
+    index = {t: i for i, t in enumerate(labels)}
+    assert features._kept_labels(sentences, counts, index).tolist() == [
+        index[t] for s in sentences for t in s.tags]
