@@ -13,21 +13,20 @@ import argparse
 import json
 import os
 
+from kbert.finetune.squad import split_by_article
+
 HELD_OUT_EVERY = 4
 
 
 def split_squad(src, out_dir):
-    with open(src, encoding="utf-8") as f:
-        squad = json.load(f)
-    articles = squad["data"]
-    held = [a for i, a in enumerate(articles) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
-    train = [a for i, a in enumerate(articles) if i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1]
+    train, held = split_by_article(src, HELD_OUT_EVERY)
     paths = {}
     for name, part in (("squad-train.json", train), ("squad-heldout.json", held)):
         paths[name] = os.path.join(out_dir, name)
         with open(paths[name], "w", encoding="utf-8") as f:
-            json.dump({"version": squad.get("version", "1.1"), "data": part}, f)
-    return paths["squad-train.json"], paths["squad-heldout.json"], [a["title"] for a in held]
+            json.dump(part, f)
+    titles = [a["title"] for a in held["data"]]
+    return paths["squad-train.json"], paths["squad-heldout.json"], titles
 
 
 def split_rte(src, out_dir, dev_fraction=0.1):

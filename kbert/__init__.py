@@ -20,11 +20,13 @@ __version__ = "0.1.0"
 # tokenizer, the pipeline and the tf.data inputs always need TensorFlow (and tensorflow-text).
 _LAZY = {
     **dict.fromkeys(["PRESETS", "BertConfig"], "kbert.config"),
-    **dict.fromkeys(["ClassificationHead", "MaskedLMHead", "MultipleChoiceHead",
-                     "NextSentenceHead", "SpanHead", "TokenClassificationHead"], "kbert.heads"),
+    **dict.fromkeys(["ClassificationHead", "LeftToRightLMHead", "MaskedLMHead",
+                     "MultipleChoiceHead", "NextSentenceHead", "SpanHead",
+                     "TokenClassificationHead"], "kbert.heads"),
     **dict.fromkeys(["BertEmbeddings", "Pooler", "TransformerEncoderBlock"], "kbert.layers"),
-    **dict.fromkeys(["BertBackbone", "BertClassifier", "BertMultipleChoice", "BertPretrainer",
-                     "BertQuestionAnswerer", "BertTokenClassifier"], "kbert.models"),
+    **dict.fromkeys(["BertBackbone", "BertClassifier", "BertLeftToRightLM",
+                     "BertMultipleChoice", "BertPretrainer", "BertQuestionAnswerer",
+                     "BertTokenClassifier"], "kbert.models"),
     **dict.fromkeys(["Bert", "load"], "kbert.pipeline"),
     "pretraining_targets": "kbert.data.inputs",
 }

@@ -3,7 +3,8 @@
     config.json        encoder hyper-parameters + `do_lower_case` + `heads` (each with its options)
     vocab.txt          WordPiece vocabulary
     model.safetensors  weights keyed `<component>/<path>`: `backbone/...`, `mlm/...`, `nsp/...`,
-                       `classifier/...`, `tagger/...`, `span/...`, `choice/...`
+                       `ltr/...` (a left-to-right LM on a causal encoder), `classifier/...`,
+                       `tagger/...`, `span/...`, `choice/...`
     MODEL_CARD.md      provenance and measured results (optional for a freshly converted model)
 
 Safetensors keeps the weights framework-neutral (readable without Keras, by any backend) and
@@ -23,6 +24,7 @@ import numpy as np
 from kbert.config import BertConfig, read_vocab, shown, write_vocab
 from kbert.heads import (
     ClassificationHead,
+    LeftToRightLMHead,
     MaskedLMHead,
     MultipleChoiceHead,
     NextSentenceHead,
@@ -32,6 +34,7 @@ from kbert.heads import (
 from kbert.models import (
     BertBackbone,
     BertClassifier,
+    BertLeftToRightLM,
     BertMultipleChoice,
     BertPretrainer,
     BertQuestionAnswerer,
@@ -39,7 +42,7 @@ from kbert.models import (
 )
 
 WEIGHTS_FILE = "model.safetensors"
-HEAD_NAMES = ("mlm", "nsp", "classifier", "tagger", "span", "choice")
+HEAD_NAMES = ("mlm", "nsp", "ltr", "classifier", "tagger", "span", "choice")
 
 
 class CheckpointError(ValueError):
@@ -66,18 +69,24 @@ class Checkpoint:
     def task_model(self, task=None):
         """A Keras model for `fit`/`predict` built from these weights (shared, not copied).
 
-        task: "pretraining", "classifier", "tagger", "span" or "choice"; by default the most
-        specific one the checkpoint has heads for.
+        task: "pretraining" (MLM, with NSP where the checkpoint has that head), "ltr",
+            "classifier", "tagger", "span" or "choice"; by default the most specific one the
+            checkpoint has heads for.
         """
-        task = task or next((t for t in ("span", "classifier", "tagger", "choice")
+        task = task or next((t for t in ("span", "classifier", "tagger", "choice", "ltr")
                              if t in self.heads), "pretraining")
-        need = {"pretraining": ("mlm", "nsp")}.get(task, (task,))
+        # Pretraining needs the MLM head; NSP is optional (the "No NSP" ablation has none).
+        need = {"pretraining": ("mlm",) if "mlm" in self.heads else ("mlm", "nsp")}.get(
+            task, (task,))
         missing = [h for h in need if h not in self.heads]
         if missing:
             raise CheckpointError(f"checkpoint {self.path or ''} has no {' or '.join(missing)} "
                                   f"head (it has: {', '.join(self.heads) or 'none'})")
         if task == "pretraining":
-            return BertPretrainer(self.backbone, self.heads["mlm"], self.heads["nsp"])
+            return BertPretrainer(self.backbone, self.heads["mlm"], self.heads.get("nsp"),
+                                  next_sentence="nsp" in self.heads)
+        if task == "ltr":
+            return BertLeftToRightLM(self.backbone, self.heads["ltr"])
         if task == "span":
             return BertQuestionAnswerer(self.backbone, head=self.heads["span"])
         if task == "choice":
@@ -96,6 +105,10 @@ def make_head(name, backbone, options=None):
         # Some sources (keras-hub) give the MLM transform its own activation and LayerNorm epsilon.
         head = MaskedLMHead(backbone.word_embeddings, options.get("hidden_act", c.hidden_act),
                             options.get("layer_norm_epsilon", c.layer_norm_epsilon), **common)
+        head.build((None, None, c.hidden_size))
+    elif name == "ltr":
+        head = LeftToRightLMHead(backbone.word_embeddings, c.hidden_act, c.layer_norm_epsilon,
+                                 **common)
         head.build((None, None, c.hidden_size))
     elif name == "nsp":
         head = NextSentenceHead(**common)
@@ -124,7 +137,10 @@ def components_of(model):
     if isinstance(model, BertBackbone):
         return model, {}
     if isinstance(model, BertPretrainer):
-        return model.backbone, {"mlm": model.mlm_head, "nsp": model.nsp_head}
+        heads = {"mlm": model.mlm_head, "nsp": model.nsp_head}
+        return model.backbone, {k: v for k, v in heads.items() if v is not None}
+    if isinstance(model, BertLeftToRightLM):
+        return model.backbone, {"ltr": model.lm_head}
     kind = {BertClassifier: "classifier", BertTokenClassifier: "tagger",
             BertQuestionAnswerer: "span", BertMultipleChoice: "choice"}.get(type(model))
     if kind is None:

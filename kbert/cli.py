@@ -201,6 +201,9 @@ def _add_pretrain(sub):
     p.add_argument("--checkpoint-every", type=int, default=1000, help="updates between backups")
     p.add_argument("--accumulate", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--dynamic-masking", action="store_true", help="new masks for every batch")
+    p.add_argument("--objective", default="mlm_nsp", choices=("mlm_nsp", "mlm", "ltr"),
+                   help="mlm_nsp (the paper's), mlm (no NSP) or ltr (left-to-right LM on a "
+                        "causal encoder): the section 5.1 ablations")
     p.add_argument("--strategy", default="auto",
                    choices=("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel"))
     p.add_argument("--tpu", help="TPU name or address for the cluster resolver")
@@ -226,8 +229,7 @@ def _run_pretrain(args):
         checkpoint_every=args.checkpoint_every, accumulate=args.accumulate,
         dynamic_masking=args.dynamic_masking, phase_steps=args.phase_steps, seed=args.seed,
         strategy=args.strategy, tpu=args.tpu, log_dir=args.log_dir, save_dtype=args.save_dtype,
-        shuffle_buffer=args.shuffle_buffer,
-        verbose=2)
+        shuffle_buffer=args.shuffle_buffer, verbose=2, objective=args.objective)
     if result.interrupted:
         raise KeyboardInterrupt
     print(f"wrote {result.output}: {result.steps} steps in {result.wall_seconds:.0f}s")
@@ -400,6 +402,50 @@ def _run_app(args):
                  args.preload)
 
 
+# --- experiments ---------------------------------------------------------------------------------
+def _add_experiments(sub):
+    p = sub.add_parser("experiments", help="re-run the paper's ablations (Table 5 + RoBERTa's "
+                                           "NSP finding; Table 7 feature-based NER), resumable")
+    which = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    a = which.add_parser("ablations", help="pretraining variants x SST-2, MRPC, SQuAD v1.1")
+    a.add_argument("--output", required=True, help="results folder (re-run to resume)")
+    a.add_argument("--quick", action="store_true", help="tiny model, a few steps (CPU, minutes)")
+    a.add_argument("--variants", nargs="+", help="bert no_nsp ltr roberta (default: all)")
+    a.add_argument("--tasks", nargs="+", help="sst2 mrpc squad (default: all)")
+    a.add_argument("--seeds", type=int, help="fine-tuning seeds per cell (default 3; quick 1)")
+    a.add_argument("--steps", type=int, help="pretraining updates (default 10000; quick 4)")
+    a.add_argument("--data", help="the shared data folder (corpus/, glue/, squad/)")
+    a.add_argument("--vocab", help="vocab.txt (default: the shipped MiniLM checkpoint's)")
+    a.set_defaults(func=_run_ablations)
+    f = which.add_parser("features", help="feature-based NER on CoNLL-2003 from a frozen "
+                                          "encoder's layers (Table 7)")
+    f.add_argument("--output", required=True, help="results folder (re-run to resume)")
+    f.add_argument("--model", default="minilm-l6-mlm-nsp", help="the frozen encoder")
+    f.add_argument("--train", required=True, help="CoNLL-2003 train.txt")
+    f.add_argument("--dev", required=True, help="CoNLL-2003 valid.txt")
+    f.add_argument("--epochs", type=int, default=3, help="tagger epochs")
+    f.add_argument("--seeds", type=int, default=1, help="tagger seeds per row")
+    f.add_argument("--max-train-sentences", type=int, help="use the first N training sentences")
+    f.add_argument("--max-dev-sentences", type=int, help="use the first N dev sentences")
+    f.set_defaults(func=_run_features)
+
+
+def _run_ablations(args):
+    from kbert.experiments import ablations
+    ablations.run(args.output, quick=args.quick, variants=args.variants, tasks=args.tasks,
+                  seeds=args.seeds, steps=args.steps, shared=args.data, vocab=args.vocab)
+    print(f"wrote {os.path.join(args.output, 'ablations.md')}")
+
+
+def _run_features(args):
+    from kbert.experiments import features
+    features.run(args.output, args.model, args.train, args.dev,
+                 max_train_sentences=args.max_train_sentences,
+                 max_valid_sentences=args.max_dev_sentences, epochs=args.epochs,
+                 seeds=tuple(range(args.seeds)))
+    print(f"wrote {os.path.join(args.output, 'feature_ner.md')}")
+
+
 # -------------------------------------------------------------------------------------------------
 def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
@@ -407,7 +453,8 @@ def build_parser():
                         help="show the traceback of an error (also: KBERT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_convert, _add_build_vocab, _add_create_pretraining_data, _add_pretrain,
-                _add_data_service, _add_finetune, _add_evaluate, _add_export, _add_app):
+                _add_data_service, _add_finetune, _add_evaluate, _add_export, _add_app,
+                _add_experiments):
         add(sub)
     for command in sub.choices.values():       # `kbert COMMAND ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -47,6 +47,7 @@ class BertConfig:
     attention_dropout: float = 0.1
     layer_norm_epsilon: float = 1e-12
     initializer_range: float = 0.02
+    causal: bool = False      # left-to-right attention (the paper's "LTR & No NSP" ablation)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads",
@@ -66,6 +67,8 @@ class BertConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(
                     f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"BertConfig.causal must be true or false, got {self.causal!r}")
         if self.hidden_act not in ("gelu", "gelu_new", "gelu_approximate", "relu", "tanh", "silu"):
             raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not supported")
 

@@ -64,6 +64,41 @@ class MaskedLMHead(keras.layers.Layer):
                 "initializer_range": self.initializer_range}
 
 
+class LeftToRightLMHead(MaskedLMHead):
+    """Left-to-right LM head (the paper's "LTR & No NSP" ablation, section 5.1): the MLM head's
+    transform and tied decoder at every position, where position t predicts token t + 1.
+
+    It reads a causal encoder (`BertConfig(causal=True)`), so position t has seen tokens
+    0..t only. `next_token_targets` gives the labels and weights its loss uses.
+
+    Example:
+    >>> emb = keras.layers.Embedding(100, 8); emb.build((None,))
+    >>> tuple(LeftToRightLMHead(emb)(ops.ones((2, 5, 8))).shape)
+    (2, 5, 100)
+    """
+
+    def call(self, sequence_output, masked_lm_positions=None):
+        return super().call(sequence_output)                                  # [B, T, V]
+
+
+def next_token_targets(input_ids, input_mask):
+    """(labels, weights) [B, T] for `LeftToRightLMHead`'s logits: label t is token t + 1,
+    weighted 1 where that token is real (the last position and padding weigh 0).
+
+    The loss is the mean cross-entropy over the weighted positions, as for the masked LM.
+    The TensorFlow twin that feeds `fit` is `kbert.data.inputs.next_token_batch`.
+
+    >>> labels, weights = next_token_targets(ops.array([[2, 7, 8, 3, 0]]),
+    ...                                      ops.array([[1, 1, 1, 1, 0]]))
+    >>> ops.convert_to_numpy(labels).tolist(), ops.convert_to_numpy(weights).tolist()
+    ([[7, 8, 3, 0, 0]], [[1.0, 1.0, 1.0, 0.0, 0.0]])
+    """
+    pad = ops.zeros_like(input_ids[:, :1])
+    labels = ops.concatenate([input_ids[:, 1:], pad], axis=1)                 # [B, T]
+    weights = ops.concatenate([input_mask[:, 1:], ops.zeros_like(input_mask[:, :1])], axis=1)
+    return labels, ops.cast(weights, "float32")
+
+
 class _DenseHead(keras.layers.Layer):
     """dropout → dense(units): the shared body of the classification-style heads."""
 

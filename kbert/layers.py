@@ -42,6 +42,26 @@ class Dense(keras.layers.Dense):
         return y
 
 
+def attention_mask(input_mask, causal=False):
+    """Which keys each query may attend to: bool [B, 1, 1, T], or [B, 1, T, T] when `causal`.
+
+    `input_mask` [B, T] is 1 for real tokens, 0 for padding. A causal (left-to-right) mask also
+    hides every key after the query: position i sees positions 0..i only, as in a left-to-right
+    language model (the paper's "LTR & No NSP" ablation, section 5.1).
+
+    >>> m = attention_mask(ops.array([[1, 1, 0]]), causal=True)
+    >>> ops.convert_to_numpy(m)[0, 0].astype(int).tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 0]]
+    """
+    mask = ops.cast(input_mask, "bool")[:, None, None, :]                     # [B, 1, 1, T]
+    if not causal:
+        return mask
+    seq_len = ops.shape(input_mask)[1]
+    positions = ops.arange(seq_len)
+    left = positions[None, :] <= positions[:, None]                          # [T, T] key <= query
+    return ops.logical_and(mask, left[None, None, :, :])                     # [B, 1, T, T]
+
+
 def initializer(stddev):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
@@ -104,6 +124,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
     """One post-LN Transformer layer: self-attention, add & norm, feed-forward, add & norm.
 
     Query, key and value are one fused [H, 3H] projection (one matmul instead of three).
+    `causal=True` lets each position attend only to itself and the positions before it.
     Call with `return_attention=True` to also get the attention probabilities [B, N, T, T].
 
     Example:
@@ -114,7 +135,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     def __init__(self, hidden_size, num_heads, intermediate_size, hidden_act="gelu", dropout=0.1,
                  attention_dropout=0.1, layer_norm_epsilon=1e-12, initializer_range=0.02,
-                 **kwargs):
+                 causal=False, **kwargs):
         super().__init__(**kwargs)
         if hidden_size % num_heads:
             raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
@@ -127,6 +148,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.attention_dropout_rate = attention_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
+        self.causal = causal
         dense = dict(kernel_initializer=initializer(initializer_range), dtype=self.dtype_policy)
         norm = dict(epsilon=layer_norm_epsilon, dtype=self.dtype_policy)
         self.qkv = Dense(3 * hidden_size, name="qkv", **dense)
@@ -156,8 +178,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         qkv = ops.reshape(self.qkv(x), (batch, seq_len, 3, self.num_heads, self.head_size))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]                  # [B, T, N, D] each
         use_dropout = training and self.attention_dropout_rate > 0
+        mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
         if not (return_attention or use_dropout):
-            mask = ops.cast(input_mask[:, None, None, :], "bool")              # [B, 1, 1, T]
             # JAX on a GPU would try cuDNN's fused kernel first, which rejects a [B, 1, 1, T]
             # padding mask (logging a traceback per trace) before falling back to XLA's.
             flash = False if keras.backend.backend() == "jax" else None
@@ -166,8 +188,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
             return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
         scores = ops.einsum("btnd,bsnd->bnts", q, k) * ops.cast(self.head_size ** -0.5, q.dtype)
         scores = ops.cast(scores, "float32")                                   # [B, N, T, T]
-        mask_bias = (1.0 - ops.cast(input_mask, "float32")) * -1e9             # [B, T]
-        probs = ops.softmax(scores + mask_bias[:, None, None, :], axis=-1)
+        mask_bias = (1.0 - ops.cast(mask, "float32")) * -1e9                # [B, 1, 1 or T, T]
+        probs = ops.softmax(scores + mask_bias, axis=-1)
         probs = ops.cast(probs, self.compute_dtype)
         probs_dropped = self.attention_probs_dropout(probs, training=training)
         context = ops.einsum("bnts,bsnd->btnd", probs_dropped, v)              # [B, T, N, D]
@@ -187,11 +209,16 @@ class TransformerEncoderBlock(keras.layers.Layer):
                 "hidden_act": self.hidden_act, "dropout": self.dropout_rate,
                 "attention_dropout": self.attention_dropout_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
-                "initializer_range": self.initializer_range}
+                "initializer_range": self.initializer_range, "causal": self.causal}
 
 
 class Pooler(keras.layers.Layer):
-    """tanh(W · h_[CLS] + b): the pooled output the NSP and classification heads read."""
+    """tanh(W · h_[CLS] + b): the pooled output the NSP and classification heads read.
+
+    Given `input_mask`, it reads the last real token instead of `[CLS]`: what a causal
+    (left-to-right) encoder uses, as there `[CLS]` has seen nothing but itself (GPT, too,
+    classifies from the last token).
+    """
 
     def __init__(self, hidden_size, initializer_range=0.02, **kwargs):
         super().__init__(**kwargs)
@@ -204,8 +231,12 @@ class Pooler(keras.layers.Layer):
     def build(self, sequence_shape):
         self.dense.build((sequence_shape[0], sequence_shape[-1]))
 
-    def call(self, sequence_output):
-        return self.dense(sequence_output[:, 0])                               # [B, H]
+    def call(self, sequence_output, input_mask=None):
+        if input_mask is None:
+            return self.dense(sequence_output[:, 0])                           # [B, H]
+        last = ops.sum(ops.cast(input_mask, "int32"), axis=1) - 1              # [B]
+        last = ops.maximum(last, 0)[:, None, None]                             # [B, 1, 1]
+        return self.dense(ops.take_along_axis(sequence_output, last, axis=1)[:, 0])
 
     def get_config(self):
         return {**super().get_config(), "hidden_size": self.hidden_size,

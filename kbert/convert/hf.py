@@ -229,6 +229,9 @@ _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PA
 
 def config_to_hf(config, architecture, head_options):
     """A transformers `BertConfig` dict for a kbert config and its heads."""
+    if config.causal:
+        raise ValueError("a causal (left-to-right) encoder has no transformers BERT equivalent; "
+                         "only bidirectional checkpoints export")
     hf = {"architectures": [architecture], "model_type": "bert",
           "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
           "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,

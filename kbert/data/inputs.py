@@ -109,15 +109,42 @@ def pretraining_dataset(data, batch_size, is_training=True, input_context=None, 
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def pretraining_targets(features):
-    """Splits an original-BERT feature dict into the (x, y, sample_weight) `fit` expects."""
+def pretraining_targets(features, next_sentence=True):
+    """Splits an original-BERT feature dict into the (x, y, sample_weight) `fit` expects;
+    `next_sentence=False` leaves out the NSP label (the "No NSP" ablation)."""
     x = {k: features[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
     y = {"mlm_logits": features["masked_lm_ids"], "nsp_logits": features["next_sentence_labels"]}
     nsp_weights = features.get("next_sentence_weights")     # 0 where there is no NSP pair
     if nsp_weights is None:
         nsp_weights = tf.ones_like(tf.cast(features["next_sentence_labels"], tf.float32))
     weights = {"mlm_logits": features["masked_lm_weights"], "nsp_logits": nsp_weights}
+    if not next_sentence:
+        del y["nsp_logits"], weights["nsp_logits"]
     return x, y, weights
+
+
+def next_token_batch(features):
+    """(x, y, sample_weight) of a left-to-right LM (`kbert.models.BertLeftToRightLM`) from a
+    batch of pretraining features: the original tokens (masks put back), label t = token t + 1,
+    weight 1 where that token is real. Twin of `kbert.heads.next_token_targets`."""
+    features = unmask(features)
+    ids, mask = features["input_ids"], features["input_mask"]                # [B, T]
+    x = {"input_ids": ids, "segment_ids": features["segment_ids"], "input_mask": mask}
+    labels = tf.concat([ids[:, 1:], tf.zeros_like(ids[:, :1])], axis=1)       # [B, T]
+    weights = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
+    return x, {"lm_logits": labels}, {"lm_logits": tf.cast(weights, tf.float32)}
+
+
+def targets_for(objective="mlm_nsp"):
+    """The features → (x, y, sample_weight) map of a pretraining objective: "mlm_nsp" (the
+    paper's), "mlm" (no NSP) or "ltr" (left-to-right LM)."""
+    if objective == "mlm_nsp":
+        return pretraining_targets
+    if objective == "mlm":
+        return lambda features: pretraining_targets(features, next_sentence=False)
+    if objective == "ltr":
+        return next_token_batch
+    raise ValueError(f"unknown pretraining objective {objective!r}; choose mlm_nsp, mlm or ltr")
 
 
 def unmask(features):

@@ -68,6 +68,27 @@ def read_squad(path, strict=False):
     return examples_from_json(obj, source=str(path), strict=strict)
 
 
+def split_by_article(path, every=4):
+    """(train, held-out) SQuAD JSON objects of a file's articles: every `every`-th article
+    (indexes every-1, 2·every-1, ...) is held out. On `dev-v1.1-part-a.json` that is the
+    18/6-article split the fine-tuning results use (`benchmarks/data_splits.py`).
+
+    >>> import json, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.json")
+    >>> _ = open(path, "w").write(json.dumps({"version": "1.1", "data": [
+    ...     {"title": str(i), "paragraphs": []} for i in range(8)]}))
+    >>> [[a["title"] for a in part["data"]] for part in split_by_article(path)]
+    [['0', '1', '2', '4', '5', '6'], ['3', '7']]
+    """
+    with open(path, encoding="utf-8") as f:
+        squad = json.load(f)
+    parts = ([], [])
+    for i, article in enumerate(squad["data"]):
+        parts[i % every == every - 1].append(article)
+    version = squad.get("version", "1.1")
+    return tuple({"version": version, "data": part} for part in parts)
+
+
 def _need(obj, key, kind, where):
     if not isinstance(obj, dict) or key not in obj:
         raise ValueError(f"{where}: missing '{key}'")

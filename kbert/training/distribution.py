@@ -46,8 +46,9 @@ class Distribution:
     def scope(self):
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
 
-    def dataset(self, make_stream, global_batch_size):
-        """`make_stream()` gives global batches of features; returns what `fit` should read.
+    def dataset(self, make_stream, global_batch_size, targets=None):
+        """`make_stream()` gives global batches of features; returns what `fit` should read,
+        mapped by `targets` (default: MLM + NSP, `kbert.data.inputs.pretraining_targets`).
 
         Every input pipeline reads the same deterministic stream and keeps its slice of each
         global batch, so global batch k is the same whatever the number of devices (and a
@@ -56,8 +57,9 @@ class Distribution:
         if global_batch_size % self.num_replicas:
             raise ValueError(f"batch size {global_batch_size} is not divisible by the "
                              f"{self.num_replicas} replicas")
+        targets = targets or _targets
         if self.strategy is None:
-            return make_stream().map(_targets)
+            return make_stream().map(targets)
 
         stream = make_stream()                  # built here: the same seeds as one device
 
@@ -66,7 +68,7 @@ class Distribution:
             start = context.input_pipeline_id * size
             ds = stream.map(lambda f: {k: v[start:start + size] for k, v in f.items()})
             ds = ds.rebatch(context.get_per_replica_batch_size(global_batch_size))
-            return ds.map(_targets)
+            return ds.map(targets)
         return self.strategy.distribute_datasets_from_function(per_pipeline)
 
     def prepare_for_fit(self, model, local_batch):

@@ -27,7 +27,7 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert.config import PRESETS, BertConfig, read_vocab
-from kbert.models import BertPretrainer
+from kbert.models import BertLeftToRightLM, BertPretrainer
 from kbert.optimization import OPTIMIZERS, batches_seen, create_optimizer
 from kbert.training.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
 from kbert.training.distribution import STRATEGIES, Distribution, select_distribution
@@ -35,14 +35,22 @@ from kbert.training.distribution import STRATEGIES, Distribution, select_distrib
 __all__ = ["Distribution", "PretrainResult", "build_pretrainer", "evaluate_pretraining",
            "pretrain", "select_distribution"]
 MIXED_PRECISION = (None, "mixed_bfloat16", "mixed_float16")
+# The paper's objective and its section 5.1 ablations: MLM + NSP, MLM alone ("No NSP"), and a
+# left-to-right LM on a causal encoder ("LTR & No NSP"). Targets: kbert.data.inputs.targets_for.
+OBJECTIVES = ("mlm_nsp", "mlm", "ltr")
 
 
 # --- the model -----------------------------------------------------------------------------------
-def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
-    """(BertPretrainer, vocab, do_lower_case) from a config and vocabulary, or from a checkpoint.
+def build_pretrainer(config=None, init=None, vocab=None, dtype=None, objective="mlm_nsp"):
+    """(pretraining model, vocab, do_lower_case) from a config and vocabulary, or from a
+    checkpoint: a `BertPretrainer` (with an NSP head for `objective="mlm_nsp"`, without for
+    "mlm"), or for "ltr" a `BertLeftToRightLM` on a causal encoder.
 
-    A checkpoint without MLM/NSP heads (e.g. converted encoder weights) gets fresh heads.
+    A checkpoint without the objective's heads (e.g. converted encoder weights) gets fresh heads.
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown pretraining objective {objective!r}; choose one of "
+                         f"{', '.join(OBJECTIVES)}")
     if init is not None:
         ckpt = checkpoint_lib.load(init, dtype=dtype)
         if config is not None:
@@ -52,15 +60,25 @@ def build_pretrainer(config=None, init=None, vocab=None, dtype=None):
                                  f"({ckpt.summary()}); leave --config out to continue it")
         if vocab is not None and list(read_vocab(vocab)) != list(ckpt.vocab):
             raise ValueError(f"--vocab differs from the vocabulary of {init}")
+        if (objective == "ltr") != ckpt.config.causal:
+            raise ValueError(f"{init} has a {'causal' if ckpt.config.causal else 'bidirectional'}"
+                             f" encoder: it cannot continue with the {objective} objective")
+        names = {"mlm_nsp": ("mlm", "nsp"), "mlm": ("mlm",), "ltr": ("ltr",)}[objective]
         heads = {name: ckpt.heads.get(name) or checkpoint_lib.make_head(name, ckpt.backbone)
-                 for name in ("mlm", "nsp")}
-        model = BertPretrainer(ckpt.backbone, heads["mlm"], heads["nsp"], dtype=dtype)
+                 for name in names}
+        if objective == "ltr":
+            return BertLeftToRightLM(ckpt.backbone, heads["ltr"], dtype=dtype), ckpt.vocab, \
+                ckpt.do_lower_case
+        model = BertPretrainer(ckpt.backbone, heads["mlm"], heads.get("nsp"),
+                               next_sentence=objective == "mlm_nsp", dtype=dtype)
         return model, ckpt.vocab, ckpt.do_lower_case
     if vocab is None:
         raise ValueError("pretraining from scratch needs a vocabulary (--vocab)")
     vocab = read_vocab(vocab)
     config = _config_for_vocab(config or "base", len(vocab))
-    return BertPretrainer(config, dtype=dtype), vocab, True
+    if objective == "ltr":
+        return BertLeftToRightLM(config, dtype=dtype), vocab, True
+    return BertPretrainer(config, next_sentence=objective == "mlm_nsp", dtype=dtype), vocab, True
 
 
 def _config_for_vocab(config, vocab_size):
@@ -112,6 +130,7 @@ class Settings:
     tpu: str
     backup_dir: str
     shuffle_buffer: int
+    objective: str = "mlm_nsp"
     text_mode: str = None       # None: `datas` are shards; else each is a list of text files
     data_service: str = None
 
@@ -138,7 +157,8 @@ class Settings:
                 "learning_rate": self.learning_rate, "optimizer": self.optimizer,
                 "weight_decay": self.weight_decay, "mixed_precision": self.mixed_precision,
                 "accumulate": self.accumulate, "dynamic_masking": self.dynamic_masking,
-                "seed": self.seed, "shuffle_buffer": self.shuffle_buffer}
+                "seed": self.seed, "shuffle_buffer": self.shuffle_buffer,
+                **({"objective": self.objective} if self.objective != "mlm_nsp" else {})}
 
 
 def _abspath(data):
@@ -167,8 +187,9 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
              tpu: str | None = None, backup_dir: str | None = None, log_dir: str | None = None,
              save_dtype: str = "float32", verbose: bool | str = "auto",
              model_card: str | None = None, shuffle_buffer: int = 10000,
-             callbacks: tuple | list = (), text: str | list | None = None,
-             text_mode: str = "nsp", data_service: str | None = None) -> "PretrainResult":
+             callbacks: tuple | list = (), objective: str = "mlm_nsp",
+             text: str | list | None = None, text_mode: str = "nsp",
+             data_service: str | None = None) -> "PretrainResult":
     """Pretrains (MLM + NSP) and writes a kbert checkpoint directory to `output`.
 
     Args:
@@ -181,6 +202,9 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
             a killed run started again with the same arguments resumes from the last one, a
             run with other settings is refused, and a finished run removes its backups.
         dynamic_masking: re-draw the masks of every batch (RoBERTa) instead of the stored ones.
+        objective: "mlm_nsp" (the paper's), or the section 5.1 ablations on the same shards:
+            "mlm" (no NSP head or loss), "ltr" (a left-to-right LM on a causal encoder,
+            next-token loss at every position, no NSP).
         text: text files to train on straight, instead of shards (`data=None`): read,
             tokenized, packed and masked anew each epoch in tf.data
             (`kbert.data.text.text_pretraining_dataset`); `max_seq_length` and
@@ -202,7 +226,7 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
         data, output, config, init, vocab, batch_size, steps, warmup_steps, learning_rate,
         max_seq_length, max_predictions_per_seq, optimizer, weight_decay, mixed_precision,
         jit_compile, checkpoint_every, accumulate, dynamic_masking, phase_steps, seed, strategy,
-        tpu, backup_dir, shuffle_buffer, text, text_mode, data_service)
+        tpu, backup_dir, shuffle_buffer, objective, text, text_mode, data_service)
     dist = select_distribution(settings.strategy, settings.tpu)  # first: collectives need a
     shapes = _data_shapes(settings)                              # fresh runtime
     keras.utils.set_random_seed(settings.seed)
@@ -226,7 +250,8 @@ def validate_settings(data, output, config, init, vocab, batch_size, steps, warm
                       learning_rate, max_seq_length, max_predictions_per_seq, optimizer,
                       weight_decay, mixed_precision, jit_compile, checkpoint_every, accumulate,
                       dynamic_masking, phase_steps, seed, strategy, tpu, backup_dir,
-                      shuffle_buffer, text=None, text_mode="nsp", data_service=None):
+                      shuffle_buffer, objective="mlm_nsp", text=None, text_mode="nsp",
+                      data_service=None):
     """Every argument of `pretrain` checked before any work, each problem in one line."""
     datas, text_mode = _data_sources(data, text, text_mode, data_service)
     phase_steps = list(phase_steps) if phase_steps else [steps]
@@ -249,6 +274,9 @@ def validate_settings(data, output, config, init, vocab, batch_size, steps, warm
         raise ValueError(f"unknown mixed precision policy {mixed_precision!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown pretraining objective {objective!r}; choose one of "
+                         f"{', '.join(OBJECTIVES)}")
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if output is None and backup_dir is None:
@@ -259,7 +287,7 @@ def validate_settings(data, output, config, init, vocab, batch_size, steps, warm
                     config, init, vocab, batch_size, warmup, learning_rate, max_seq_length,
                     max_predictions_per_seq, optimizer, weight_decay, mixed_precision,
                     jit_compile, checkpoint_every, accumulate, dynamic_masking, seed, strategy,
-                    tpu, backup_dir, shuffle_buffer, text_mode, data_service)
+                    tpu, backup_dir, shuffle_buffer, objective, text_mode, data_service)
 
 
 def _data_sources(data, text, text_mode, data_service):
@@ -298,12 +326,13 @@ def _data_shapes(settings):
 
 
 def build_model_and_optimizer(settings, dist, shapes):
-    """(compiled and built `BertPretrainer`, vocabulary, do_lower_case), in the strategy's
+    """(compiled and built pretraining model, vocabulary, do_lower_case), in the strategy's
     scope, after checking the shards fit the model."""
     s = settings
     with dist.scope():
         model, vocab, do_lower_case = build_pretrainer(s.config, s.init, s.vocab,
-                                                       dtype=s.mixed_precision)
+                                                       dtype=s.mixed_precision,
+                                                       objective=s.objective)
         model({"input_ids": np.ones((1, 4), "int32"),                      # builds the model
                "masked_lm_positions": np.zeros((1, 1), "int32")})
         _check_data(s.datas, shapes, model.config, s.max_seq_length, s.max_predictions_per_seq,
@@ -383,12 +412,13 @@ def fit_phases(model, phases, seen, dist, stop, callbacks, settings, verbose="au
 
             def stream(phase=phase, skip=skip):
                 return phase.make_stream(skip)
+            targets = _targets(settings.objective)
             if not prepared:
-                dist.prepare_for_fit(model, _local_batch(stream))
+                dist.prepare_for_fit(model, next(iter(stream().take(1).map(targets))))
                 prepared = True
             stop.total_batches = phase.end
             first_epoch = seen // per_epoch
-            fit = model.fit(dist.dataset(stream, settings.micro_batch),
+            fit = model.fit(dist.dataset(stream, settings.micro_batch, targets),
                             steps_per_epoch=per_epoch, initial_epoch=first_epoch,
                             epochs=first_epoch + math.ceil((phase.end - seen) / per_epoch) + 1,
                             callbacks=callbacks, verbose=verbose)
@@ -398,10 +428,10 @@ def fit_phases(model, phases, seen, dist, stop, callbacks, settings, verbose="au
     return history, seen
 
 
-def _local_batch(stream):
-    """The first batch of (features, targets) as one device reads it."""
-    from kbert.data.inputs import pretraining_targets
-    return next(iter(stream().take(1).map(pretraining_targets)))
+def _targets(objective):
+    """The objective's features → (x, y, sample_weight) map (tf.data: TensorFlow, on use)."""
+    from kbert.data.inputs import targets_for
+    return targets_for(objective)
 
 
 def save_checkpoint(model, vocab, do_lower_case, settings, dist, save_dtype="float32",
@@ -444,8 +474,17 @@ def _check_data(datas, shapes, config, max_seq_length, max_predictions_per_seq,
                                  f"{config.vocab_size} (data made with another vocab.txt?)")
 
 
+def objective_of(model):
+    """"mlm_nsp", "mlm" or "ltr": the pretraining objective a model trains."""
+    if isinstance(model, BertLeftToRightLM):
+        return "ltr"
+    return "mlm_nsp" if model.next_sentence else "mlm"
+
+
 def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
-    """Held-out MLM and NSP accuracy and loss of a `BertPretrainer` (compiled or not).
+    """Held-out accuracy and loss of a pretraining model (compiled or not) on shards: MLM and
+    NSP for a `BertPretrainer` (MLM alone without an NSP head), next-token `lm_` ones for a
+    `BertLeftToRightLM` (its loss is the log of the perplexity).
 
     Reads every record once in file order (no shuffling, no repetition).
 
@@ -458,11 +497,15 @@ def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
     if not getattr(model, "compiled", False):
         model.compile()
     ds = inputs.pretraining_dataset(str(data), batch_size, is_training=False)
-    ds = ds.map(inputs.pretraining_targets)
+    ds = ds.map(inputs.targets_for(objective_of(model)))
     examples = sum(1 for _ in inputs.pretraining_dataset(str(data), 4096, is_training=False)
                    .unbatch())
     out = model.evaluate(ds, steps=max_batches, return_dict=True, verbose=0)
-    return {"mlm_accuracy": float(out["mlm_logits_accuracy"]),
-            "nsp_accuracy": float(out["nsp_logits_accuracy"]),
-            "mlm_loss": float(out["mlm_logits_loss"]), "nsp_loss": float(out["nsp_logits_loss"]),
+    result, single = {}, len(model.outputs_trained) == 1
+    for output in model.outputs_trained:                 # "mlm_logits" -> "mlm_accuracy", ...
+        name = output.removesuffix("_logits")
+        # Keras names a single output's metrics without the output's name.
+        result[f"{name}_accuracy"] = float(out["accuracy" if single else f"{output}_accuracy"])
+        result[f"{name}_loss"] = float(out["loss" if single else f"{output}_loss"])
+    return {**{k: v for k, v in sorted(result.items(), key=lambda kv: kv[0].endswith("loss"))},
             "examples": int(examples)}

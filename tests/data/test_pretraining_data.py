@@ -379,3 +379,30 @@ def test_mask_tokens_counts_positions_and_labels():
         unmasked = np.ones_like(ids, bool)
         np.put_along_axis(unmasked, positions, ~real, 1)
         assert (out[unmasked] == ids[unmasked]).all()       # only chosen positions change
+
+
+def test_targets_of_each_pretraining_objective():
+    """mlm_nsp / mlm / ltr targets from one batch of shard features; the tf.data next-token
+    targets are the twin of `kbert.heads.next_token_targets` (masks put back first)."""
+    from kbert.data.inputs import targets_for
+    from kbert.heads import next_token_targets
+    features = {"input_ids": tf.constant([[2, 4, 9, 3, 11, 3, 0], [2, 7, 4, 3, 8, 3, 0]]),
+                "segment_ids": tf.constant([[0, 0, 0, 0, 1, 1, 0]] * 2),
+                "input_mask": tf.constant([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 0]]),
+                "masked_lm_positions": tf.constant([[1, 0], [2, 0]]),
+                "masked_lm_ids": tf.constant([[8, 0], [5, 0]]),
+                "masked_lm_weights": tf.constant([[1.0, 0.0], [1.0, 0.0]]),
+                "next_sentence_labels": tf.constant([[0], [1]])}
+    x, y, w = targets_for("mlm_nsp")(features)
+    assert sorted(y) == ["mlm_logits", "nsp_logits"] and "masked_lm_positions" in x
+    x, y, w = targets_for("mlm")(features)
+    assert sorted(y) == sorted(w) == ["mlm_logits"]
+    x, y, w = targets_for("ltr")(features)
+    assert x["input_ids"].numpy().tolist() == [[2, 8, 9, 3, 11, 3, 0], [2, 7, 5, 3, 8, 3, 0]]
+    labels, weights = next_token_targets(x["input_ids"].numpy(), x["input_mask"].numpy())
+    np.testing.assert_array_equal(y["lm_logits"].numpy(), np.asarray(labels))
+    np.testing.assert_array_equal(w["lm_logits"].numpy(), np.asarray(weights))
+    assert y["lm_logits"].numpy()[0].tolist() == [8, 9, 3, 11, 3, 0, 0]
+    assert w["lm_logits"].numpy()[0].tolist() == [1, 1, 1, 1, 1, 0, 0]
+    with pytest.raises(ValueError, match="unknown pretraining objective"):
+        targets_for("nsp")
