@@ -5,8 +5,9 @@
     m.fill_mask("The man went to the [MASK].")
 """
 
-import importlib
 import os
+
+from kbert._lazy import lazy_attributes
 
 # TensorFlow's C++ start-up chatter (CUDA probing, CPU flags) drowns the CLI's output; a value
 # the user sets still wins.
@@ -32,14 +33,4 @@ _LAZY = {
 }
 __all__ = list(_LAZY)
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value   # later look-ups skip this hook
-        return value
-    raise AttributeError(f"module 'kbert' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+__getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

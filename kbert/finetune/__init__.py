@@ -9,7 +9,7 @@
     loop.py        `finetune` (train, score dev each epoch, keep the best) and `evaluate`
 """
 
-import importlib
+from kbert._lazy import lazy_attributes
 
 # The public names load on first use (PEP 562): inference (`kbert.load(...).answer`, `tag`)
 # reads only the numpy modules above, and must not import the training loop (Keras' whole
@@ -21,14 +21,4 @@ _LAZY = {
 }
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value   # later look-ups skip this hook
-        return value
-    raise AttributeError(f"module 'kbert.finetune' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+__getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

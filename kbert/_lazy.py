@@ -1,0 +1,20 @@
+"""Package attributes that import their module on first use (PEP 562), for `__init__.py`s."""
+
+import importlib
+
+
+def lazy_attributes(namespace: dict, names: dict[str, str]):
+    """(`__getattr__`, `__dir__`) for the package whose `globals()` is `namespace`: each public
+    name in `names` ({name: module}) imports its module when first read, then stays."""
+    package = namespace["__name__"]
+
+    def __getattr__(name):
+        if name in names:
+            value = getattr(importlib.import_module(names[name]), name)
+            namespace[name] = value   # later look-ups skip this hook
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__():
+        return sorted(list(namespace) + list(names))
+    return __getattr__, __dir__
