@@ -50,7 +50,7 @@ def fill_mask(registry):
         out = inference.fill_mask(registry, model, text, top_k)
         for note in out["notes"]:
             gr.Warning(note)
-        return out["masks"], out["best"], plots.fill_mask_bars(out["masks"]), _notes(out["notes"])
+        return out["masks"], out["best"], plots.fill_mask_html(out["masks"]), _notes(out["notes"])
     return _guard(fill, 4)
 
 

@@ -1,18 +1,14 @@
 """Charts for the playground.
 
-The fill-mask bars are drawn straight into a PNG with Pillow (a few milliseconds; a matplotlib
-figure cost more than the model itself, see docs/inference.md) and handed to `gr.Plot` as the
-image a matplotlib plot becomes. The attention heatmap uses matplotlib's object-oriented API (no
-pyplot global state, so concurrent requests cannot draw into each other's figures).
+The fill-mask bars are HTML (a few microseconds to write, drawn by the browser: a PNG drawn on
+the server cost as much CPU as the model's share of a request under load, see
+docs/inference.md). The attention heatmap uses matplotlib's object-oriented API (no pyplot
+global state, so concurrent requests cannot draw into each other's figures).
 """
 
-import base64
-import functools
-import io
+import html
 
-BAR_COLOR = (249, 115, 22)        # #f97316
-TEXT_COLOR = (55, 65, 81)
-ROW, WIDTH, LABELS, PAD = 24, 640, 150, 10   # pixels: bar row height, image width, token column
+BAR_COLOR = "#f97316"
 
 
 def _label(token):
@@ -24,46 +20,27 @@ def _figure(width, height):
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-@functools.lru_cache(maxsize=None)
-def _font(size):
-    from PIL import ImageFont
-    return ImageFont.load_default(size=size)
+def fill_mask_html(masks):
+    """HTML: one block of horizontal bars per [MASK], its top-k fillers best first, each bar's
+    length its probability (scaled to the block's best) and labelled with it.
 
-
-def fill_mask_png(masks):
-    """PNG bytes: one block of horizontal bars per [MASK], its top-k fillers best first, each
-    bar's length its probability (scaled to the block's best) and labelled with it."""
-    from PIL import Image, ImageDraw
-
-    font, title = _font(13), _font(14)
-    height = PAD + sum(ROW * (len(ranked) + 1) for ranked in masks) + PAD
-    image = Image.new("RGB", (WIDTH, height), "white")
-    draw = ImageDraw.Draw(image)
-    y, room = PAD, WIDTH - LABELS - 70
+    >>> page = fill_mask_html([[{"token": "paris", "score": 0.5}, {"token": "<b>", "score": 0.25}]])
+    >>> "[MASK] #1" in page and "paris" in page and "50.0%" in page and "&lt;b&gt;" in page
+    True
+    """
+    blocks = []
     for i, ranked in enumerate(masks):
-        draw.text((PAD, y + 4), f"[MASK] #{i + 1}", fill=TEXT_COLOR, font=title)
-        y += ROW
         scale = min(1.0, max(r["score"] for r in ranked) * 1.25 + 0.05)
-        for r in ranked:
-            token = r["token"] if len(r["token"]) <= 18 else r["token"][:17] + "…"
-            draw.text((LABELS - PAD, y + ROW // 2), token, fill=TEXT_COLOR, font=font,
-                      anchor="rm")
-            length = max(1, round(room * r["score"] / scale))
-            draw.rectangle((LABELS, y + 4, LABELS + length, y + ROW - 4), fill=BAR_COLOR)
-            draw.text((LABELS + length + 6, y + ROW // 2), f"{r['score']:.1%}", fill=TEXT_COLOR,
-                      font=font, anchor="lm")
-            y += ROW
-    out = io.BytesIO()
-    image.save(out, format="PNG", compress_level=1)
-    return out.getvalue()
-
-
-def fill_mask_bars(masks):
-    """The fill-mask chart as `gr.Plot`'s value (the PNG of `fill_mask_png`)."""
-    from gradio.components.plot import PlotData
-
-    data = base64.b64encode(fill_mask_png(masks)).decode("ascii")
-    return PlotData(type="matplotlib", plot=f"data:image/png;base64,{data}")
+        rows = "".join(
+            '<div style="display:flex;align-items:center;gap:8px;margin:3px 0">'
+            '<span style="width:9em;text-align:right;overflow:hidden;text-overflow:ellipsis;'
+            f'white-space:nowrap" title="{html.escape(r["token"])}">'
+            f'{html.escape(r["token"])}</span>'
+            f'<span style="width:{max(0.5, 70 * r["score"] / scale):.1f}%;height:1.1em;'
+            f'background:{BAR_COLOR};border-radius:2px"></span>'
+            f'<span>{r["score"]:.1%}</span></div>' for r in ranked)
+        blocks.append(f'<div style="margin:6px 0 10px"><b>[MASK] #{i + 1}</b>{rows}</div>')
+    return f'<div class="fill-bars" style="font-size:14px">{"".join(blocks)}</div>'
 
 
 def attention_heatmap(tokens, matrix, layer, head):

@@ -29,7 +29,7 @@ def _fill_tab(registry, model):
     run = gr.Button("Fill the masks", variant="primary", elem_id="fill-run")
     message = gr.Markdown(label="notice", elem_id="fill-message")
     best = gr.Textbox(label="Sentence with the best fill", elem_id="fill-best")
-    chart = gr.Plot(label="Top-k per [MASK]", format="png")
+    chart = gr.HTML(label="Top-k per [MASK]", elem_id="fill-chart", js_on_load=None)
     with gr.Accordion("Raw predictions", open=False):
         raw = gr.JSON(label="Predictions")
     fn = handlers.fill_mask(registry)

@@ -1,11 +1,12 @@
 """What `kbert.load` returns: a checkpoint with its tokenizer, ready for inference.
 
 Every method takes one input or a list. A list is tokenized in one graph call, sorted by length
-and run in batches of at most `batch_size`; each batch belongs to a bucket shape (length a
-multiple of 16, batch a power of two) with one compiled function per method and bucket
-(`tf.function` on TensorFlow, `jax.jit` on JAX, a TorchScript trace on PyTorch), so repeated
-calls reuse a few traced graphs instead of dispatching every layer eagerly. Only JAX pads the
-batch to its bucket; the TensorFlow and PyTorch functions run it at its own packed shape.
+and run in batches of at most `batch_size` through a compiled forward pass, so repeated calls
+reuse a few traced graphs instead of dispatching every layer eagerly. JAX compiles for static
+shapes: each batch is padded to its bucket shape (length a multiple of 16, batch a power of two),
+one `jax.jit` compilation per method and bucket. TensorFlow (a `tf.function` with unknown sizes)
+and PyTorch (a TorchScript trace) compile once per method and run every batch at its own packed
+shape, without padding compute.
 
 Example:
 >>> import kbert                                                        # doctest: +SKIP
@@ -108,7 +109,7 @@ def _pad(features, rows, length, fill_row):
 
 
 class _Runner:
-    """The model's forward pass for each method, compiled once per bucket shape.
+    """The model's forward pass for each method, compiled once (JAX: once per bucket shape).
 
     `traces` counts how often a function body was traced; `shapes` holds the (kind, bucket
     shapes) it has run on. JAX compiles for static shapes, so its inputs are padded to the
@@ -222,12 +223,14 @@ class _Runner:
 
     def __call__(self, kind, features, padded):
         """Numpy features → numpy output of the `kind` pass; `padded` is the batch padded to
-        its bucket shape, which names the compiled function (and is what JAX runs)."""
-        key = (kind, tuple(sorted((k, v.shape) for k, v in padded.items())))
+        its bucket shape (what JAX runs: one compilation per bucket shape). TensorFlow and
+        PyTorch run the packed batch through one function per kind, whatever its shape."""
+        shape = (kind, tuple(sorted((k, v.shape) for k, v in padded.items())))
+        key = shape if self.pads else (kind, tuple(sorted(features)))
         inputs = padded if self.pads else features
-        if key not in self._functions:   # one function per bucket shape: each traces once
+        if key not in self._functions:   # compiled once, reused by every later call
             self._functions[key] = self._compile(kind, inputs)
-        self.shapes.add(key)
+        self.shapes.add(shape)
         return keras.tree.map_structure(ops.convert_to_numpy, self._functions[key](inputs))
 
 
