@@ -54,7 +54,11 @@ class MaskedLMHead(keras.layers.Layer):
             x = ops.take_along_axis(x, positions, axis=1)                     # [B, P, H]
         x = self.layer_norm(self.transform(x))
         decoder = ops.cast(self.word_embeddings.embeddings, x.dtype)          # [V, H]
-        logits = ops.matmul(x, ops.transpose(decoder))                        # [B, P, V]
+        # One [N, H] x [V, H] GEMM contracted on H as stored: `matmul(x, transpose(decoder))`
+        # made XLA copy the [H, V] transpose on every call (fill_mask 2.4x slower on JAX's CPU).
+        rows = ops.reshape(x, (-1, ops.shape(x)[-1]))
+        logits = ops.einsum("nh,vh->nv", rows, decoder)
+        logits = ops.reshape(logits, (*ops.shape(x)[:-1], ops.shape(decoder)[0]))  # [B, P, V]
         return logits + ops.cast(self.output_bias, logits.dtype)
 
     def get_config(self):

@@ -127,8 +127,12 @@ class _Runner:
 
     def _body(self, kind, features):
         self.traces += 1
-        if isinstance(kind, tuple):                      # ("mlm", k): the k best per mask
+        if isinstance(kind, tuple) and kind[0] == "mlm":     # ("mlm", k): the k best per mask
             return self._top_fillers(features, kind[1])
+        if isinstance(kind, tuple):                           # ("hidden", layers): [B, T, n, H]
+            states = self.backbone(features, training=False,
+                                   output_hidden_states=True)["hidden_states"]
+            return ops.stack([ops.cast(states[i], "float32") for i in kind[1]], axis=2)
         out = self.backbone(features, training=False)
         if kind in ("nsp", "classifier"):
             return self.heads[kind](out["pooled_output"])
@@ -387,6 +391,35 @@ class Bert:
                                              batch_size):
             out[idx] = vectors
         return out
+
+    def hidden_states(self, text: Texts, layers: Sequence[int] = (-1,),
+                      batch_size: int = 32) -> dict | list[dict]:
+        """Chosen hidden layers per WordPiece token, as google-research's `extract_features.py`
+        gives them (the feature-based approach, paper section 5.3 and Table 7).
+
+        Layer 0 is the embedding output and `num_layers` the last; negative numbers count from
+        the end (-1 the last, -4 the fourth from last). Returns, per text, {"tokens": the
+        pieces with [CLS] and [SEP], "features": float32 [tokens, len(layers), hidden_size]};
+        e.g. Table 7's "concat last four" is `features.reshape(len(tokens), -1)` for
+        `layers=(-1, -2, -3, -4)` and "sum last four" is `features.sum(axis=1)`.
+        """
+        texts, single = _texts("hidden_states", text, allow_empty=True)
+        batch_size = _positive_int("hidden_states", "batch_size", batch_size)
+        count = self.config.num_layers + 1
+        layers = [layers] if isinstance(layers, int) else list(layers)
+        if not layers or not all(isinstance(i, int) and -count <= i < count for i in layers):
+            raise ValueError(f"hidden_states: layers must be integers from {-count} to "
+                             f"{count - 1} (0 the embeddings, {count - 1} the last layer), "
+                             f"got {layers!r}")
+        ids = self.tokenizer.encode_batch(texts)
+        vocab, results = self.tokenizer.vocab, [None] * len(texts)
+        kind = ("hidden", tuple(i % count for i in layers))
+        for idx, features, states in self._batched(kind, ids, [None] * len(ids), batch_size):
+            for r, i in enumerate(idx):
+                n = int(features["input_mask"][r].sum())
+                results[i] = {"tokens": [vocab[j] for j in features["input_ids"][r, :n]],
+                              "features": states[r, :n]}
+        return results[0] if single else results
 
     # --- fine-tuned heads -------------------------------------------------------------------
     def classify(self, text: Texts, text_pair: Texts | None = None,

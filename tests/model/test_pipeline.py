@@ -289,3 +289,23 @@ def test_cli_task_names_are_the_registry():
 def test_every_public_name_resolves():
     assert kbert.__all__ and all(getattr(kbert, name) is not None for name in kbert.__all__)
     assert set(kbert.__all__) <= set(dir(kbert))
+
+
+def test_hidden_states_give_the_chosen_layers_per_token(tiny_pretrained):
+    m = tiny_pretrained
+    texts = ["the dog sat on the mat .", "a cat"]
+    out = m.hidden_states(texts, layers=(0, -1, -2), batch_size=1)
+    features, _ = m.tokenizer.pack(m.tokenizer.encode_batch(texts))
+    states = m.backbone(features, training=False, output_hidden_states=True)["hidden_states"]
+    last = m.config.num_layers
+    for r, got in enumerate(out):
+        n = int(features["input_mask"][r].sum())
+        assert got["tokens"][0] == "[CLS]" and got["tokens"][-1] == "[SEP]"
+        assert len(got["tokens"]) == n and got["features"].shape == (n, 3, m.config.hidden_size)
+        for column, layer in enumerate((0, last, last - 1)):
+            want = keras.ops.convert_to_numpy(states[layer])[r, :n]
+            np.testing.assert_allclose(got["features"][:, column], want, atol=1e-5)
+    np.testing.assert_allclose(m.hidden_states(texts[1])["features"][0, 0], m.embed(texts[1])[0],
+                               atol=1e-5)                     # [CLS] of the last layer
+    with pytest.raises(ValueError, match="layers must be integers from"):
+        m.hidden_states("a", layers=(last + 1,))
