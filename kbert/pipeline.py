@@ -3,7 +3,7 @@
 Every method takes one input or a list. A list is tokenized in one graph call, sorted by length
 and run in batches of at most `batch_size` through a compiled forward pass, so repeated calls
 reuse a few traced graphs instead of dispatching every layer eagerly. JAX compiles for static
-shapes: each batch is padded to its bucket shape (length a multiple of 16, batch a power of two),
+shapes: each batch is padded to its bucket shape (see `bucket_length`; batch a power of two),
 one `jax.jit` compilation per method and bucket. TensorFlow (a `tf.function` with unknown sizes)
 and PyTorch (a TorchScript trace) compile once per method and run every batch at its own packed
 shape, without padding compute.
@@ -29,7 +29,6 @@ from keras import ops
 from kbert import checkpoint as checkpoint_lib
 from kbert.tokenizer import Tokenizer
 
-LENGTH_MULTIPLE = 16   # padded lengths are rounded up to this (one compiled graph per bucket)
 
 Texts = Union[str, Sequence[str]]
 
@@ -83,8 +82,16 @@ def _pairs(method, first, second, what=("sentence_a", "sentence_b"), allow_empty
 
 
 def bucket_length(n, limit):
-    """`n` rounded up to a multiple of LENGTH_MULTIPLE, at most `limit`."""
-    return max(1, min(limit, -(-n // LENGTH_MULTIPLE) * LENGTH_MULTIPLE))
+    """`n` rounded up to a step that grows with it (4 up to 32 tokens, then 8, 16, 32, 64 per
+    doubling), at most `limit`: past 32 tokens under 25% padding, and 24 lengths up to 512.
+
+    >>> [bucket_length(n, 512) for n in (1, 17, 33, 100, 300, 512)]
+    [4, 20, 40, 112, 320, 512]
+    """
+    step = 4
+    while n > 8 * step and step < 64:
+        step *= 2
+    return max(1, min(limit, -(-n // step) * step))
 
 
 def bucket_batch(n, batch_size):

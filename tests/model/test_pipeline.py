@@ -127,10 +127,10 @@ def test_a_list_gives_what_each_input_gives_alone_in_order(tiny_pretrained):
 
 def test_repeated_calls_in_one_bucket_do_not_retrace(tiny_pretrained):
     m = kbert.load(str(tiny_pretrained.checkpoint.path))    # nothing compiled yet
-    m.fill_mask("the dog [MASK] .")                         # builds the (1 text, 16 tokens) bucket
+    m.fill_mask("the dog [MASK] .")                         # builds the (1 text, 8 tokens) bucket
     traces, shapes = m.trace_count, set(m.bucket_shapes)
-    for text, k in (("a cat [MASK] .", 5), ("the man went to the [MASK] .", 6),
-                    ("[MASK] sat on the mat .", 8)):         # top_k 5-8 share one graph
+    for text, k in (("a cat [MASK] .", 5), ("the man [MASK] .", 6),
+                    ("[MASK] sat .", 8)):                    # top_k 5-8 share one graph
         assert len(m.fill_mask(text, top_k=k)[0]) == k      # other texts, same bucket
     assert m.trace_count == traces and set(m.bucket_shapes) == shapes
     m.fill_mask(TEXTS[:3])                                  # a new bucket: 4 rows ...
@@ -145,19 +145,21 @@ def test_a_compiled_bucket_runs_other_shapes_as_the_model_does(tiny_pretrained):
     # TensorFlow and PyTorch run each batch at its own shape through the function traced for
     # the method's first one: later lengths and row counts must give the layers' own numbers.
     m = kbert.load(str(tiny_pretrained.checkpoint.path))
-    m.embed(["the dog sat on the mat ."] * 3)                 # traced at 3 rows (bucket of 4)
+    m.embed(["the dog sat on the mat ."] * 3)                 # traced at 3 rows (bucket 4 x 12)
     for texts in (["a"], ["the dog", "a man went to the store and he"], ["the cat"] * 4):
         got = m.embed(texts)
         features, _ = m.tokenizer.pack(m.tokenizer.encode_batch(texts))
         want = m.backbone(features, training=False)["sequence_output"][:, 0]
         np.testing.assert_allclose(got, keras.ops.convert_to_numpy(want), atol=1e-5)
-    assert len({shape for kind, shape in m.bucket_shapes}) == 3     # rows 1, 2 and 4
-    assert m.trace_count == (3 if keras.backend.backend() == "jax" else 1)
+    assert len({shape for kind, shape in m.bucket_shapes}) == 4     # 1 x 4, 2 x 12, 4 x 4 more
+    assert m.trace_count == (4 if keras.backend.backend() == "jax" else 1)
 
 
 def test_bucket_shapes():
     from kbert.pipeline import bucket_batch, bucket_length
-    assert [bucket_length(n, 512) for n in (1, 16, 17, 500, 512)] == [16, 16, 32, 512, 512]
+    assert [bucket_length(n, 512) for n in (1, 16, 17, 33, 65, 500, 512)] == [
+        4, 16, 20, 40, 80, 512, 512]
+    assert len({bucket_length(n, 512) for n in range(1, 513)}) == 24
     assert bucket_length(70, 64) == 64
     assert [bucket_batch(n, 32) for n in (1, 2, 3, 5, 32)] == [1, 2, 4, 8, 32]
     assert bucket_batch(20, 24) == 24
