@@ -29,7 +29,6 @@ from keras import ops
 from kbert import checkpoint as checkpoint_lib
 from kbert.tokenizer import Tokenizer
 
-
 Texts = Union[str, Sequence[str]]
 
 
