@@ -156,7 +156,7 @@ def test_a_compiled_bucket_runs_other_shapes_as_the_model_does(tiny_pretrained):
 
 
 def test_bucket_shapes():
-    from kbert.pipeline import bucket_batch, bucket_length
+    from kbert.forward import bucket_batch, bucket_length
     assert [bucket_length(n, 512) for n in (1, 16, 17, 33, 65, 500, 512)] == [
         4, 16, 20, 40, 80, 512, 512]
     assert len({bucket_length(n, 512) for n in range(1, 513)}) == 24
