@@ -105,19 +105,25 @@ def test_compile_defaults_follow_the_paper(tiny_init):
 
 
 # --- fit on strings, on every backend ----------------------------------------------------------
-@pytest.mark.multibackend
-def test_fit_on_strings_then_the_saved_checkpoint_answers(tiny_init, tmp_path):
+@pytest.fixture(scope="module")
+def fitted(tiny_init, tmp_path_factory):
+    """A classifier fitted on raw strings, its training history, and its saved checkpoint."""
     train = _reviews(48, 0)
-    texts, labels = [t for t, _ in train], [y for _, y in train]
     clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["fast", "neg", "pos"])
     clf.compile(learning_rate=2e-3, warmup=0.0)
-    history = clf.fit(texts, labels, batch_size=8, epochs=4, verbose=0).history
+    history = clf.fit([t for t, _ in train], [y for _, y in train], batch_size=8, epochs=4,
+                      verbose=0).history
+    return clf, history, clf.save_checkpoint(str(tmp_path_factory.mktemp("fitted") / "clf"))
+
+
+@pytest.mark.multibackend
+def test_fit_on_strings_then_the_saved_checkpoint_answers(fitted):
+    clf, history, out = fitted
     assert history["loss"][-1] < 0.7 * history["loss"][0]
     assert history["accuracy"][-1] > 0.6
     dev = _reviews(12, 1)
     logits = clf.predict([t for t, _ in dev], verbose=0)
     assert logits.shape == (12, 3)
-    out = clf.save_checkpoint(str(tmp_path / "clf"))
     loaded = kbert.load(out)
     for (text, _), row in zip(dev, logits):
         probs = loaded.classify(text)
@@ -189,13 +195,9 @@ def test_from_checkpoint_keeps_a_fitting_head(tiny_init, tmp_path):
         kbert.BertTokenClassifier.from_checkpoint(tiny_init, num_labels=3)
 
 
-def test_export_writes_classify_for_a_checkpoint_from_fit(tiny_init, tmp_path):
+def test_export_writes_classify_for_a_checkpoint_from_fit(fitted, tmp_path):
     from kbert import serving
-    clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["fast", "neg", "pos"])
-    clf.compile(learning_rate=1e-3)
-    train = _reviews(16, 0)
-    clf.fit([t for t, _ in train], [y for _, y in train], batch_size=8, verbose=0)
-    out = clf.save_checkpoint(str(tmp_path / "clf"))
+    _, _, out = fitted
     path = serving.export(out, str(tmp_path / "sm"))
     assert "classify" in serving.list_signatures(path)
     fn = tf.saved_model.load(path).signatures["classify"]
