@@ -108,6 +108,7 @@ def test_compile_defaults_follow_the_paper(tiny_init):
 @pytest.fixture(scope="module")
 def fitted(tiny_init, tmp_path_factory):
     """A classifier fitted on raw strings, its training history, and its saved checkpoint."""
+    keras.utils.set_random_seed(1234)         # module fixtures are set up before `_seed` runs
     train = _reviews(48, 0)
     clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["fast", "neg", "pos"])
     clf.compile(learning_rate=2e-3, warmup=0.0)
