@@ -4,6 +4,7 @@ CLI's JSON line, SQuAD, CoNLL-2003, and clear errors on bad input."""
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -15,7 +16,10 @@ from kbert.finetune.tasks import get_task
 from kbert.tokenizer import Tokenizer
 
 NOUNS = "man dog cat fox store milk mat paris france".split()
-FAST = dict(batch_size=8, warmup=0.1, verbose=False, jit_compile=False)
+# XLA on JAX only: there an un-jitted step runs op by op (slow); on TensorFlow and PyTorch the
+# compile costs more than these few steps.
+FAST = dict(batch_size=8, warmup=0.1, verbose=False,
+            jit_compile=keras.backend.backend() == "jax")
 
 
 def _keyword_rows(n, seed):
