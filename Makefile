@@ -51,8 +51,8 @@ app: $(VENV)/.installed
 
 # The docstring examples (--doctest-modules kbert) run in the TensorFlow pass.
 test: $(VENV)/.installed browser lint jax-only
-	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --doctest-modules tests kbert
-	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 -m multibackend tests
-	KERAS_BACKEND=torch $(PY) -m pytest -q -n 2 -m multibackend tests
+	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --doctest-modules tests kbert
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m multibackend tests
+	KERAS_BACKEND=torch $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m multibackend tests
 
 .PHONY: install browser app test lint doctest jax-only

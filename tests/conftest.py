@@ -1,8 +1,10 @@
 """Test set-up. Keras picks its backend at import, so the suite runs once per backend:
 
     KERAS_BACKEND=tensorflow pytest tests            # everything
-    KERAS_BACKEND=jax pytest -m multibackend tests   # the backend-independent model code
+    KERAS_BACKEND=jax pytest -m multibackend tests   # the code whose path differs per backend
     KERAS_BACKEND=torch pytest -m multibackend tests
+
+`make test` adds `-n 2 --dist loadfile --no-loadscope-reorder`: see `LONGEST_FIRST`.
 """
 
 import os
@@ -20,6 +22,26 @@ from helpers import SHARED_DATA  # noqa: E402
 
 def pytest_report_header(config):
     return f"keras backend: {keras.backend.backend()}"
+
+
+# `make test` runs `pytest -n 2 --dist loadfile --no-loadscope-reorder` (pytest-xdist): each
+# file's tests run on one worker, so module-scoped fixtures (an export of every head, fitted
+# models, a running app, a tf.data service, a mirrored run) are built once, not once per worker,
+# and files are handed out in the order below: the longest first (CPU seconds on a quiet
+# 2-core machine, TensorFlow pass), so that no long file starts last and keeps one worker
+# busy alone. Files not listed follow in collection order.
+LONGEST_FIRST = ("serving/test_export.py", "training/test_training.py",
+                 "finetune/test_own_data.py", "model/test_models.py", "data/test_text_stream.py",
+                 "app/test_app.py", "finetune/test_finetuning.py",
+                 "experiments/test_experiments.py", "training/test_pretrain_arrays.py",
+                 "test_layout.py", "model/test_pipeline.py", "model/test_tokenizer.py",
+                 "training/test_backup.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0].removeprefix("tests/"),
+                                         len(rank)))
 
 
 def pytest_configure(config):

@@ -155,9 +155,10 @@ def _statistics(rows, mask_id, specials):
     return masked / eligible, as_mask / masked, as_same / masked, not_next, masked, wanted
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def service():
-    """A tf.data service on localhost: a dispatcher and two workers, in this process."""
+    """A tf.data service on localhost: a dispatcher and two workers, in this process (one for the
+    module: starting and stopping them takes seconds)."""
     dispatcher = text.serve_dispatcher(0)
     workers = [text.serve_worker(dispatcher.target, heartbeat_ms=50) for _ in range(2)]
     yield dispatcher.target

@@ -17,6 +17,9 @@ from kbert.optimization import AdamW, WarmupLinearDecay
 from kbert.tokenizer import Tokenizer
 
 NOUNS = "man dog cat fox store milk mat paris france".split()
+# XLA where it pays: on JAX an un-jitted step runs op by op; on TensorFlow's CPU the compile
+# costs more than these few steps (Keras' "auto" would compile there).
+JIT = {"jit_compile": keras.backend.backend() == "jax"}
 KEYWORDS = {"good": "pos", "bad": "neg", "quick": "fast"}
 
 
@@ -83,7 +86,7 @@ def test_tagging_targets_are_ner_encoders():
 # --- compile ------------------------------------------------------------------------------------
 def test_compile_defaults_follow_the_paper(tiny_init):
     clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["a", "b", "c"])
-    clf.compile()
+    clf.compile(**JIT)
     assert isinstance(clf.optimizer, AdamW)
     assert isinstance(clf.loss, keras.losses.SparseCategoricalCrossentropy)
     clf.fit(["the dog"] * 10, [0] * 10, batch_size=4, epochs=2, verbose=0)
@@ -105,19 +108,26 @@ def test_compile_defaults_follow_the_paper(tiny_init):
 
 
 # --- fit on strings, on every backend ----------------------------------------------------------
-@pytest.mark.multibackend
-def test_fit_on_strings_then_the_saved_checkpoint_answers(tiny_init, tmp_path):
+@pytest.fixture(scope="module")
+def fitted(tiny_init, tmp_path_factory):
+    """A classifier fitted on raw strings, its training history, and its saved checkpoint."""
+    keras.utils.set_random_seed(1234)         # module fixtures are set up before `_seed` runs
     train = _reviews(48, 0)
-    texts, labels = [t for t, _ in train], [y for _, y in train]
     clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["fast", "neg", "pos"])
-    clf.compile(learning_rate=2e-3, warmup=0.0)
-    history = clf.fit(texts, labels, batch_size=8, epochs=4, verbose=0).history
+    clf.compile(learning_rate=2e-3, warmup=0.0, **JIT)
+    history = clf.fit([t for t, _ in train], [y for _, y in train], batch_size=8, epochs=4,
+                      verbose=0).history
+    return clf, history, clf.save_checkpoint(str(tmp_path_factory.mktemp("fitted") / "clf"))
+
+
+@pytest.mark.multibackend
+def test_fit_on_strings_then_the_saved_checkpoint_answers(fitted):
+    clf, history, out = fitted
     assert history["loss"][-1] < 0.7 * history["loss"][0]
     assert history["accuracy"][-1] > 0.6
     dev = _reviews(12, 1)
     logits = clf.predict([t for t, _ in dev], verbose=0)
     assert logits.shape == (12, 3)
-    out = clf.save_checkpoint(str(tmp_path / "clf"))
     loaded = kbert.load(out)
     for (text, _), row in zip(dev, logits):
         probs = loaded.classify(text)
@@ -140,7 +150,7 @@ def test_tagger_fits_words_and_tags(tiny_init, tmp_path):
         words.append(sentence)
         tags.append(["B-PER" if w == "man" else "O" for w in sentence])
     tagger = kbert.BertTokenClassifier.from_checkpoint(tiny_init, labels=labels)
-    tagger.compile(learning_rate=2e-3, warmup=0.0)
+    tagger.compile(learning_rate=2e-3, warmup=0.0, **JIT)
     history = tagger.fit(words, tags, batch_size=8, epochs=3, verbose=0).history
     assert history["loss"][-1] < 0.5 * history["loss"][0]
     tagger.save_checkpoint(str(tmp_path / "tagger"))
@@ -150,12 +160,12 @@ def test_tagger_fits_words_and_tags(tiny_init, tmp_path):
 
 def test_pairs_qa_and_multiple_choice_take_strings(tiny_init):
     pair = kbert.BertClassifier.from_checkpoint(tiny_init, num_labels=2)
-    pair.compile(learning_rate=2e-3, warmup=0.0)
+    pair.compile(learning_rate=2e-3, warmup=0.0, **JIT)
     a, b = ["the dog sat"] * 16, ["on the mat", "a cat"] * 8
     history = pair.fit((a, b), [0, 1] * 8, batch_size=8, epochs=4, verbose=0).history
     assert history["loss"][-1] < history["loss"][0]
     qa = kbert.BertQuestionAnswerer.from_checkpoint(tiny_init, max_seq_length=64)
-    qa.compile(learning_rate=2e-3, warmup=0.0)
+    qa.compile(learning_rate=2e-3, warmup=0.0, **JIT)
     questions, contexts = ["who went ?", "what is good ?"] * 4, \
         ["the man went to the store", "paris is good"] * 4
     answers = ([0, 0] * 4, ["the man", "paris"] * 4)
@@ -166,7 +176,7 @@ def test_pairs_qa_and_multiple_choice_take_strings(tiny_init):
     with pytest.raises(ValueError, match="example 0: the context at 3"):
         qa.fit((["who ?"], ["the man"]), ([3], ["man"]), verbose=0)
     choice = kbert.BertMultipleChoice.from_checkpoint(tiny_init)
-    choice.compile(learning_rate=2e-3, warmup=0.0)
+    choice.compile(learning_rate=2e-3, warmup=0.0, **JIT)
     contexts = ["the man went to the store"] * 8
     endings = [["he bought milk", "a dog sat", "the cat", "fox"]] * 8
     history = choice.fit((contexts, endings), [0] * 8, batch_size=4, epochs=2,
@@ -189,13 +199,9 @@ def test_from_checkpoint_keeps_a_fitting_head(tiny_init, tmp_path):
         kbert.BertTokenClassifier.from_checkpoint(tiny_init, num_labels=3)
 
 
-def test_export_writes_classify_for_a_checkpoint_from_fit(tiny_init, tmp_path):
+def test_export_writes_classify_for_a_checkpoint_from_fit(fitted, tmp_path):
     from kbert import serving
-    clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["fast", "neg", "pos"])
-    clf.compile(learning_rate=1e-3)
-    train = _reviews(16, 0)
-    clf.fit([t for t, _ in train], [y for _, y in train], batch_size=8, verbose=0)
-    out = clf.save_checkpoint(str(tmp_path / "clf"))
+    _, _, out = fitted
     path = serving.export(out, str(tmp_path / "sm"))
     assert "classify" in serving.list_signatures(path)
     fn = tf.saved_model.load(path).signatures["classify"]

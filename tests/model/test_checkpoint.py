@@ -2,8 +2,7 @@
 
 import json
 import os
-import subprocess
-import sys
+import shutil
 
 import numpy as np
 import pytest
@@ -11,9 +10,8 @@ from keras import ops
 
 import kbert
 from helpers import random_inputs, tiny_vocab
-from kbert import BertConfig, checkpoint
+from kbert import BertConfig, checkpoint, cli
 
-pytestmark = pytest.mark.multibackend
 VOCAB = tiny_vocab(size=120)
 
 
@@ -27,6 +25,7 @@ def _outputs(model, x):
     return {k: ops.convert_to_numpy(v) for k, v in out.items()}
 
 
+@pytest.mark.multibackend
 def test_round_trip_is_exact(tmp_path):
     model = _pretrainer()
     x = random_inputs(2, 10, 120)
@@ -43,6 +42,7 @@ def test_round_trip_is_exact(tmp_path):
         np.testing.assert_array_equal(value, _outputs(restored, x)[key])
 
 
+@pytest.mark.multibackend
 def test_float16_storage_is_close(tmp_path):
     model = _pretrainer()
     x = random_inputs(2, 10, 120)
@@ -55,6 +55,7 @@ def test_float16_storage_is_close(tmp_path):
     assert os.path.getsize(tmp_path / "half" / "model.safetensors") < 0.6 * size32
 
 
+@pytest.mark.multibackend
 def test_classifier_labels_are_kept(tmp_path):
     model = kbert.BertClassifier(BertConfig.preset("tiny", vocab_size=120), num_labels=2)
     checkpoint.save(tmp_path / "c", model, vocab=VOCAB,
@@ -65,6 +66,7 @@ def test_classifier_labels_are_kept(tmp_path):
     assert abs(sum(probs.values()) - 1) < 1e-6
 
 
+@pytest.mark.multibackend
 def test_missing_file_is_named(tmp_path):
     path = checkpoint.save(tmp_path / "ckpt", _pretrainer(), vocab=VOCAB)
     os.remove(os.path.join(path, "vocab.txt"))
@@ -74,6 +76,7 @@ def test_missing_file_is_named(tmp_path):
         checkpoint.load(tmp_path / "nowhere")
 
 
+@pytest.mark.multibackend
 def test_shape_mismatch_is_named(tmp_path):
     path = checkpoint.save(tmp_path / "ckpt", _pretrainer(), vocab=VOCAB)
     config = json.loads(open(os.path.join(path, "config.json")).read())
@@ -84,11 +87,13 @@ def test_shape_mismatch_is_named(tmp_path):
         checkpoint.load(path)
 
 
+@pytest.mark.multibackend
 def test_vocab_size_mismatch_is_named(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="vocabulary has 119 tokens"):
         checkpoint.save(tmp_path / "ckpt", _pretrainer(), vocab=VOCAB[:-1])
 
 
+@pytest.mark.multibackend
 def test_missing_head_is_named(tmp_path):
     checkpoint.save(tmp_path / "enc", kbert.BertBackbone(BertConfig.preset("tiny", vocab_size=120)),
                     vocab=VOCAB)
@@ -99,6 +104,7 @@ def test_missing_head_is_named(tmp_path):
         m.task_model("pretraining")
 
 
+@pytest.mark.multibackend
 def test_save_replaces_atomically(tmp_path):
     model = _pretrainer()
     checkpoint.save(tmp_path / "ckpt", model, vocab=VOCAB)
@@ -112,26 +118,32 @@ def test_save_replaces_atomically(tmp_path):
     assert os.stat(tmp_path / "ckpt" / "vocab.txt").st_mode & 0o777 == 0o666 & ~umask
 
 
-def _cli(*args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "kbert", *args], capture_output=True,
-                          text=True, env=env)
+def _cli(capsys, *args):
+    """`kbert ARGS` in this process: (exit status, stderr lines)."""
+    code = cli.main(list(args))
+    return code, capsys.readouterr().err.strip().splitlines()
 
 
-def test_cli_bad_input_is_one_line(tmp_path):
-    result = _cli("convert", "--from", "nonsense", str(tmp_path), "--output", str(tmp_path / "o"))
-    assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == [
-        "kbert convert: error: unknown source format 'nonsense'; choose one of "
-        + ", ".join(sorted(__import__("kbert.convert").convert.SOURCES))]
-    result = _cli("convert", "--from", "hf", str(tmp_path / "missing"), "--output",
-                  str(tmp_path / "o"))
-    assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1
-    assert "not found" in result.stderr
+# The CLI's error handling is backend-independent: these run in the TensorFlow pass only.
+def test_cli_bad_input_is_one_line(tmp_path, capsys):
+    code, err = _cli(capsys, "convert", "--from", "nonsense", str(tmp_path), "--output",
+                     str(tmp_path / "o"))
+    assert code == 2
+    assert err == ["kbert convert: error: unknown source format 'nonsense'; choose one of "
+                   + ", ".join(sorted(__import__("kbert.convert").convert.SOURCES))]
+    code, err = _cli(capsys, "convert", "--from", "hf", str(tmp_path / "missing"), "--output",
+                     str(tmp_path / "o"))
+    assert code == 2 and len(err) == 1 and "not found" in err[0]
 
 
-def _with_config(tmp_path, edit):
-    path = checkpoint.save(tmp_path / "ckpt", _pretrainer(), vocab=VOCAB)
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """One saved tiny pretrainer; each config test edits its own copy."""
+    return checkpoint.save(tmp_path_factory.mktemp("saved") / "ckpt", _pretrainer(), vocab=VOCAB)
+
+
+def _with_config(tmp_path, saved, edit):
+    path = str(shutil.copytree(saved, tmp_path / "ckpt"))
     config_path = os.path.join(path, "config.json")
     config = json.loads(open(config_path).read())
     with open(config_path, "w") as f:
@@ -150,16 +162,16 @@ def _with_config(tmp_path, edit):
     (lambda c: dict(c, num_heads=[2]), r"config.json: BertConfig.num_heads must be a positive"),
     (lambda c: dict(c, do_lower_case="yes"), r"config.json: 'do_lower_case' should be true"),
 ])
-def test_malformed_config_json_names_file_and_field(tmp_path, edit, message):
-    path = _with_config(tmp_path, edit)
+def test_malformed_config_json_names_file_and_field(tmp_path, saved, edit, message):
+    path = _with_config(tmp_path, saved, edit)
     with pytest.raises(checkpoint.CheckpointError, match=message):
         checkpoint.load(path)
 
 
-def test_cli_malformed_config_is_one_line_exit_2(tmp_path):
-    path = _with_config(tmp_path, lambda c: dict(c, heads=["mlm"]))
-    result = _cli("convert", "--to", "hf", path, "--output", str(tmp_path / "o"))
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines() == [
+def test_cli_malformed_config_is_one_line_exit_2(tmp_path, saved, capsys):
+    path = _with_config(tmp_path, saved, lambda c: dict(c, heads=["mlm"]))
+    code, err = _cli(capsys, "convert", "--to", "hf", path, "--output", str(tmp_path / "o"))
+    assert code == 2, err
+    assert err == [
         f"kbert convert: error: {path}/config.json: 'heads' should be an object "
         "{name: options}, found a list"]

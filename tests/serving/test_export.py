@@ -22,7 +22,7 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
 TOL = 1e-4
 
 
-def _long_text(n_words=2000, seed=0):
+def _long_text(n_words=700, seed=0):
     rng = np.random.default_rng(seed)
     words = [str(w) for w in rng.choice([w for w in WORDS if w.isalpha()], n_words)]
     for i in range(11, n_words, 12):

@@ -54,7 +54,8 @@ def test_prepare_then_train_writes_a_checkpoint_that_learns(tmp_path):
 
     out = _run(["train", "--corpus", corpus, "--config", "tiny", "--output",
                 str(tmp_path / "ckpt"), "--batch-size", "8", "--steps", "40", "--log-every", "20",
-                "--learning-rate", "5e-3", "--warmup-steps", "4", "--dupe-factor", "4"])
+                "--learning-rate", "5e-3", "--warmup-steps", "4", "--dupe-factor", "4",
+                "--max-seq-length", "32", "--max-predictions-per-seq", "5"])
     result = json.loads(out.strip().splitlines()[-1])
     assert result["updates"] == 40
     losses = result["history"]["mlm_logits_loss"]
@@ -67,6 +68,7 @@ def test_prepare_then_train_writes_a_checkpoint_that_learns(tmp_path):
     shipped = os.path.join(ROOT, "saved_models", "minilm-l6-mlm-nsp")
     if os.path.isdir(shipped):
         err = _run(["train", "--corpus", corpus, "--init", shipped, "--output",
-                    str(tmp_path / "bad"), "--steps", "1", "--dupe-factor", "1"], ok=False)
+                    str(tmp_path / "bad"), "--steps", "1", "--dupe-factor", "1",
+                    "--max-seq-length", "32"], ok=False)
         assert err.strip().splitlines()[-1].startswith("error:") and "vocabulary" in err
         assert not (tmp_path / "bad").exists()

@@ -77,16 +77,21 @@ RUNNER = textwrap.dedent("""
             if batches_seen(self.model.optimizer) == args["kill_at"]:
                 os.kill(os.getpid(), signal.SIGKILL)
     callbacks = [Kill()] if args.get("kill_at") else []
-    r = training.pretrain(args["data"], args["output"], config=args["config"],
-                          vocab=args["vocab"], batch_size=8, steps=args.get("steps", 3),
-                          warmup_steps=1, learning_rate=1e-3, checkpoint_every=2,
-                          strategy=args.get("strategy", "auto"), jit_compile=False, verbose=0,
-                          seed=1, shuffle_buffer=16, callbacks=callbacks)
-    print("RESULT", json.dumps({"loss": r.history["loss"], "output": r.output}))
+    for run in args.get("runs", [{}]):        # several runs, one after the other, in this process
+        run = dict(args, **run)
+        r = training.pretrain(run["data"], run["output"], config=run["config"],
+                              vocab=run["vocab"], batch_size=8, steps=run.get("steps", 3),
+                              warmup_steps=1, learning_rate=1e-3, checkpoint_every=2,
+                              strategy=run.get("strategy", "auto"),
+                              jit_compile=run.get("jit_compile", False), verbose=0, seed=1,
+                              shuffle_buffer=16, callbacks=callbacks)
+        print("RESULT", json.dumps({"loss": r.history["loss"], "output": r.output}), flush=True)
 """)
 
 
 def _run(tmp_path, name, env=None, wait=True, **args):
+    """One child process running `pretrain`: its result, or with `runs=[{...}, ...]` (each run's
+    own arguments over the shared ones) the results of each run in order."""
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, **(env or {}))
@@ -95,14 +100,14 @@ def _run(tmp_path, name, env=None, wait=True, **args):
     cmd = [sys.executable, str(script), json.dumps(args)]
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    return _finish(proc) if wait else proc
+    return _finish(proc, "runs" in args) if wait else proc
 
 
-def _finish(proc):
+def _finish(proc, several=False):
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
-    line = [x for x in out.splitlines() if x.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    results = [json.loads(x[len("RESULT "):]) for x in out.splitlines() if x.startswith("RESULT ")]
+    return results if several else results[-1]
 
 
 def _weights(directory):
@@ -235,12 +240,19 @@ def test_two_phases_with_dynamic_masking_lamb_accumulation_and_bfloat16(tmp_path
 
 
 # --- strategies agree with one device ------------------------------------------------------------
-def test_mirrored_strategy_on_two_cpus_matches_one_device(tmp_path):
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory):
+    """One child process with two logical CPUs: a one-device run, then a mirrored run."""
+    tmp_path = tmp_path_factory.mktemp("mirrored")
     data, vocab, config = _setup(tmp_path)
-    one = _run(tmp_path, "one", data=data, vocab=vocab, config=config, strategy="default",
-               steps=2)
-    two = _run(tmp_path, "two", data=data, vocab=vocab, config=config, strategy="mirrored",
-               logical_cpus=2, steps=2)
+    one, two = _run(tmp_path, "", data=data, vocab=vocab, config=config, steps=2, logical_cpus=2,
+                    runs=[{"strategy": "default", "output": str(tmp_path / "one")},
+                          {"strategy": "mirrored", "output": str(tmp_path / "two")}])
+    return (data, vocab, config), one, two
+
+
+def test_mirrored_strategy_on_two_cpus_matches_one_device(mirrored):
+    _, one, two = mirrored
     np.testing.assert_allclose(two["loss"], one["loss"], atol=1e-5)
     assert _max_diff(one["output"], two["output"]) < 1e-5
 
@@ -255,8 +267,8 @@ def _free_ports(n):
     return ports
 
 
-def test_multi_worker_mirrored_strategy_matches_one_device(tmp_path):
-    data, vocab, config = _setup(tmp_path)
+def test_multi_worker_mirrored_strategy_matches_one_device(tmp_path, mirrored):
+    (data, vocab, config), one, _ = mirrored
     workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
     procs = []
     for i in range(2):
@@ -265,8 +277,6 @@ def test_multi_worker_mirrored_strategy_matches_one_device(tmp_path):
         procs.append(_run(tmp_path, "multi", env={"TF_CONFIG": tf_config}, wait=False,
                           data=data, vocab=vocab, config=config, steps=2))
     results = [_finish(p) for p in procs]
-    one = _run(tmp_path, "one", data=data, vocab=vocab, config=config, strategy="default",
-               steps=2)
     np.testing.assert_allclose(results[0]["loss"], one["loss"], atol=1e-5)
     assert _max_diff(one["output"], results[0]["output"]) < 1e-5
     assert _max_diff(results[0]["output"], results[1]["output"]) == 0.0
@@ -274,10 +284,11 @@ def test_multi_worker_mirrored_strategy_matches_one_device(tmp_path):
 
 def test_jax_data_parallel_on_two_devices_matches_one_device(tmp_path):
     data, vocab, config = _setup(tmp_path)
-    env = {"KERAS_BACKEND": "jax"}
-    one = _run(tmp_path, "one", env=env, data=data, vocab=vocab, config=config, steps=2)
-    two = _run(tmp_path, "two", data=data, vocab=vocab, config=config, steps=2,
-               env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2"))
+    env = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    one, two = _run(tmp_path, "", env=env, data=data, vocab=vocab, config=config, steps=2,
+                    jit_compile=True,     # XLA: the un-jitted JAX step costs far more on a CPU
+                    runs=[{"strategy": "default", "output": str(tmp_path / "one")},
+                          {"strategy": "data-parallel", "output": str(tmp_path / "two")}])
     np.testing.assert_allclose(two["loss"], one["loss"], atol=1e-5)
     assert _max_diff(one["output"], two["output"]) < 1e-5
 
@@ -285,13 +296,16 @@ def test_jax_data_parallel_on_two_devices_matches_one_device(tmp_path):
 # --- resume --------------------------------------------------------------------------------------
 def test_sigkilled_run_resumes_to_the_same_weights(tmp_path):
     data, vocab, config = _setup(tmp_path, dropout=0.1)
-    full = _run(tmp_path, "full", data=data, vocab=vocab, config=config, steps=6)
     killed = _run(tmp_path, "resumed", wait=False, data=data, vocab=vocab, config=config,
                   steps=6, kill_at=3)
     killed.communicate(timeout=300)
     assert killed.returncode == -9
     assert not os.path.exists(tmp_path / "resumed")
-    resumed = _run(tmp_path, "resumed", data=data, vocab=vocab, config=config, steps=6)
+    # The same command again resumes; an uninterrupted run (first, in the same process) is the
+    # reference.
+    full, resumed = _run(tmp_path, "", data=data, vocab=vocab, config=config, steps=6,
+                         runs=[{"output": str(tmp_path / "full")},
+                               {"output": str(tmp_path / "resumed")}])
     assert _max_diff(full["output"], resumed["output"]) <= 1e-6
 
 
