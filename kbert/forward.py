@@ -96,12 +96,9 @@ class ForwardPasses:
         """(k best logits [B, P, k], their ids, logsumexp [B, P]) at the mask positions."""
         positions = ops.cast(features.pop("masked_lm_positions"), "int32")
         sequence = self.backbone(features, training=False)["sequence_output"]
-        batch, masks = ops.shape(positions)[0], ops.shape(positions)[1]
         x = ops.take_along_axis(sequence, positions[:, :, None], axis=1)        # [B, P, H]
-        # As one row of B*P vectors: the head's matmul is then one GEMM over the [V, H] word
-        # embeddings, not B broadcast ones that each read all of them (5x slower on CPU).
-        logits = self.heads["mlm"](ops.reshape(x, (1, -1, ops.shape(x)[-1])))   # [1, BP, V]
-        logits = ops.reshape(ops.cast(logits, "float32"), (batch, masks, -1))
+        # The head runs the B*P vectors as one GEMM over the [V, H] word embeddings.
+        logits = ops.cast(self.heads["mlm"](x), "float32")                      # [B, P, V]
         values, ids = ops.top_k(logits, k)
         return values, ids, ops.logsumexp(logits, axis=-1)
 
@@ -109,9 +106,9 @@ class ForwardPasses:
         if self.backend == "tensorflow":
             import tensorflow as tf
             # A partial, not a lambda: TF keys its "frequent retracing" warning on a function's
-            # code, and these functions (one per bucket shape) share it but each trace once.
-            # Unknown sizes: one graph runs every batch of the bucket at its own shape (the
-            # kernels are the same as for a fixed shape; padding would only add work).
+            # code, and these functions (one per method) share it but each trace once.
+            # Unknown sizes: one graph runs every batch at its own shape (the kernels are the
+            # same as for a fixed shape; padding would only add work).
             spec = {key: tf.TensorSpec([None, None], value.dtype)
                     for key, value in features.items()}
             return tf.function(functools.partial(self._traced, kind), input_signature=[spec])
