@@ -138,7 +138,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     Query, key and value are one fused [H, 3H] projection (one matmul instead of three).
     `causal=True` lets each position attend only to itself and the positions before it.
-    Call with `return_attention=True` to also get the attention probabilities [B, N, T, T].
+    Call with `return_attention=True` to also get the attention probabilities [B, N, T, T], or
+    with `first_token_only=True` to compute the output of the first position alone, [B, 1, H]
+    (it still attends to every key): all a last layer must produce when only `[CLS]` is read.
 
     Example:
     >>> block = TransformerEncoderBlock(hidden_size=8, num_heads=2, intermediate_size=32)
@@ -186,12 +188,16 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.output_dense.build(inter_shape)
         self.output_layer_norm.build(x_shape)
 
-    def _attention(self, x, input_mask, training, return_attention):
+    def _attention(self, x, input_mask, training, return_attention, first_token_only=False):
         batch, seq_len = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(self.qkv(x), (batch, seq_len, 3, self.num_heads, self.head_size))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]                  # [B, T, N, D] each
+        if first_token_only:
+            q, seq_len = q[:, :1], 1                                           # [B, 1, N, D]
         use_dropout = training and self.attention_dropout_rate > 0
         mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
+        if first_token_only:
+            mask = mask[:, :, :1]                                              # [B, 1, 1, T]
         if not (return_attention or use_dropout):
             # JAX on a GPU would try cuDNN's fused kernel first, which rejects a [B, 1, 1, T]
             # padding mask (logging a traceback per trace) before falling back to XLA's.
@@ -208,8 +214,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
         context = ops.einsum("bnts,bsnd->btnd", probs_dropped, v)              # [B, T, N, D]
         return ops.reshape(context, (batch, seq_len, self.hidden_size)), probs  # [B, T, H]
 
-    def call(self, x, input_mask, training=False, return_attention=False):
-        context, probs = self._attention(x, input_mask, training, return_attention)
+    def call(self, x, input_mask, training=False, return_attention=False,
+             first_token_only=False):
+        context, probs = self._attention(x, input_mask, training, return_attention,
+                                         first_token_only)
+        if first_token_only:
+            x = x[:, :1]                                                       # [B, 1, H]
         attention = self.dropout(self.attention_output(context), training=training)
         x = self.attention_layer_norm(x + attention)
         ffn = self.dropout(self.output_dense(self.intermediate(x)), training=training)

@@ -61,6 +61,19 @@ def test_padding_does_not_change_real_tokens():
 
 
 @pytest.mark.multibackend
+def test_pooled_only_computes_cls_alone_with_the_same_values():
+    backbone = kbert.BertBackbone(BertConfig.preset("tiny", **TINY))
+    x = random_inputs(3, 10, 120)
+    x["input_mask"][1, 6:] = 0
+    full, cls = backbone(x), backbone(x, pooled_only=True)
+    assert tuple(cls["sequence_output"].shape) == (3, 1, 128)
+    np.testing.assert_allclose(ops.convert_to_numpy(cls["pooled_output"]),
+                               ops.convert_to_numpy(full["pooled_output"]), atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(cls["sequence_output"])[:, 0],
+                               ops.convert_to_numpy(full["sequence_output"])[:, 0], atol=1e-5)
+
+
+@pytest.mark.multibackend
 def test_fused_attention_equals_explicit_probabilities():
     backbone = kbert.BertBackbone(BertConfig.preset("tiny", **TINY))
     x = random_inputs(2, 12, 120)
