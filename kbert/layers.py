@@ -191,28 +191,39 @@ class TransformerEncoderBlock(keras.layers.Layer):
     def _attention(self, x, input_mask, training, return_attention, first_token_only=False):
         batch, seq_len = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(self.qkv(x), (batch, seq_len, 3, self.num_heads, self.head_size))
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]                  # [B, T, N, D] each
-        if first_token_only:
-            q, seq_len = q[:, :1], 1                                           # [B, 1, N, D]
-        use_dropout = training and self.attention_dropout_rate > 0
         mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
         if first_token_only:
-            mask = mask[:, :, :1]                                              # [B, 1, 1, T]
-        if not (return_attention or use_dropout):
-            # JAX on a GPU would try cuDNN's fused kernel first, which rejects a [B, 1, 1, T]
-            # padding mask (logging a traceback per trace) before falling back to XLA's.
-            flash = False if keras.backend.backend() == "jax" else None
-            context = ops.dot_product_attention(q, k, v, mask=mask, flash_attention=flash,
-                                                scale=self.head_size ** -0.5)  # [B, T, N, D]
+            mask, seq_len = mask[:, :, :1], 1                                  # [B, 1, 1, T]
+        use_dropout = training and self.attention_dropout_rate > 0
+        if not (return_attention or use_dropout) and keras.backend.backend() != "jax":
+            # The backend's kernel: PyTorch's scaled_dot_product_attention (half the time of
+            # the explicit path on a CPU); TensorFlow's is the same einsums as below.
+            q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]              # [B, T, N, D]
+            context = ops.dot_product_attention(q[:, :seq_len], k, v, mask=mask,
+                                                scale=self.head_size ** -0.5)
             return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
-        scores = ops.einsum("btnd,bsnd->bnts", q, k) * ops.cast(self.head_size ** -0.5, q.dtype)
-        scores = ops.cast(scores, "float32")                                   # [B, N, T, T]
-        mask_bias = (1.0 - ops.cast(mask, "float32")) * -1e9                # [B, 1, 1 or T, T]
-        probs = ops.softmax(scores + mask_bias, axis=-1)
-        probs = ops.cast(probs, self.compute_dtype)
-        probs_dropped = self.attention_probs_dropout(probs, training=training)
-        context = ops.einsum("bnts,bsnd->btnd", probs_dropped, v)              # [B, T, N, D]
-        return ops.reshape(context, (batch, seq_len, self.hidden_size)), probs  # [B, T, H]
+        return self._explicit_attention(qkv, mask, training, return_attention, seq_len)
+
+    def _explicit_attention(self, qkv, mask, training, return_attention, seq_len):
+        """softmax(Q·Kᵀ/√D + mask)·V with heads leading, the softmax normalised after the
+        product with V (a division of [B, N, T, D], not of the [B, N, T, T] probabilities;
+        dropout of the unnormalised weights is the same as of the probabilities). On XLA's CPU
+        runtime this is 0.7x the time of `jax.nn.dot_product_attention` (32 x 144 tokens)."""
+        batch = ops.shape(qkv)[0]
+        qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))                          # [3, B, N, T, D]
+        q, k, v = qkv[0][:, :, :seq_len], qkv[1], qkv[2]
+        q = q * ops.cast(self.head_size ** -0.5, q.dtype)
+        scores = ops.cast(ops.einsum("bntd,bnsd->bnts", q, k), "float32")   # [B, N, T, T]
+        scores = scores + (1.0 - ops.cast(mask, "float32")) * -1e9
+        weights = ops.exp(scores - ops.stop_gradient(ops.max(scores, axis=-1, keepdims=True)))
+        total = ops.sum(weights, axis=-1, keepdims=True)                       # [B, N, T, 1]
+        dropped = self.attention_probs_dropout(ops.cast(weights, self.compute_dtype),
+                                               training=training)
+        context = ops.einsum("bnts,bnsd->bntd", dropped, v) / ops.cast(total, v.dtype)
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
+                              (batch, seq_len, self.hidden_size))                 # [B, T, H]
+        probs = ops.cast(weights / total, self.compute_dtype) if return_attention else None
+        return context, probs
 
     def call(self, x, input_mask, training=False, return_attention=False,
              first_token_only=False):
