@@ -75,6 +75,60 @@ def attention_mask(input_mask, causal=False):
     return ops.logical_and(mask, left[None, None, :, :])                     # [B, 1, T, T]
 
 
+def _jax_attention_implementation(q):
+    """"cudnn" where cuDNN's flash attention takes `q` [B, T, N, D], else "xla".
+
+    cuDNN's kernel needs an NVIDIA GPU of compute capability 8.0 or later (Ampere on), bf16 or
+    fp16 inputs and a head size that is a multiple of 8, at most 128 (256 from Hopper on).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    device = jax.devices()[0]
+    if device.platform != "gpu" or "cuda" not in device.client.platform_version.lower():
+        return "xla"
+    major, minor = (int(p) for p in device.compute_capability.split(".")[:2])
+    head_size = q.shape[-1]
+    if (q.dtype not in (jnp.bfloat16, jnp.float16) or (major, minor) < (8, 0)
+            or head_size % 8 or head_size > (256 if major >= 9 else 128)):
+        return "xla"
+    return "cudnn"
+
+
+def _jax_fused_attention(q, k, v, input_mask, causal, scale):
+    """Attention as one `jax.nn.dot_product_attention` call: cuDNN's flash attention on a GPU.
+
+    Twin of the explicit path in `TransformerEncoderBlock._attention` (a test holds them equal).
+    `q`, `k`, `v` [B, T, N, D] → context [B, T, N, D]. Padding goes in as key lengths, the one
+    form cuDNN's kernel takes (it rejects a [B, 1, 1, T] mask); that needs every row's padding to
+    come after its real tokens, as every kbert input pipeline lays it out (`Tokenizer.pack`,
+    pretraining data, the in-graph packers). A mask where a real token follows padding falls
+    back to the mask, computed by XLA; under `jit` the choice is a `lax.cond`. Padded queries
+    attend to the real keys, as in the explicit path; a row without a real token attends to its
+    first position only (the explicit path spreads it evenly).
+    """
+    import jax
+
+    mask = ops.cast(input_mask, "bool")                                      # [B, T]
+    lengths = ops.cast(ops.maximum(ops.sum(ops.cast(mask, "int32"), axis=1), 1), "int32")  # [B]
+    suffix_padding = ops.all(mask[:, :-1] >= mask[:, 1:])    # no real token after a pad
+
+    def by_lengths(q, k, v):
+        return jax.nn.dot_product_attention(
+            q, k, v, scale=scale, is_causal=causal, key_value_seq_lengths=lengths,
+            implementation=_jax_attention_implementation(q))
+
+    def by_mask(q, k, v):
+        return jax.nn.dot_product_attention(
+            q, k, v, mask=mask[:, None, None, :], scale=scale, is_causal=causal,
+            implementation="xla")
+
+    if not isinstance(suffix_padding, jax.core.Tracer):                  # eager: pick now
+        return (by_lengths if bool(suffix_padding) else by_mask)(q, k, v)
+    # The fallback is rematerialised, so its backward saves only what the fused one saves.
+    return jax.lax.cond(suffix_padding, by_lengths, jax.checkpoint(by_mask), q, k, v)
+
+
 def initializer(stddev):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
@@ -140,6 +194,13 @@ class TransformerEncoderBlock(keras.layers.Layer):
     `causal=True` lets each position attend only to itself and the positions before it.
     Call with `return_attention=True` to also get the attention probabilities [B, N, T, T].
 
+    Training with attention dropout (`attention_dropout` > 0) runs the explicit path, which
+    materialises the probabilities [B, N, T, T] to drop them, as no fused kernel drops them
+    through a public API; everywhere else (inference, or `attention_dropout=0`) attention is one
+    fused call, on JAX `_jax_fused_attention` (cuDNN's flash attention on a GPU in bf16/fp16).
+    So training is fused only with `attention_dropout=0`, a choice of regularisation this layer
+    leaves to the config rather than dropping it silently.
+
     Example:
     >>> block = TransformerEncoderBlock(hidden_size=8, num_heads=2, intermediate_size=32)
     >>> tuple(block(ops.ones((2, 5, 8)), ops.ones((2, 5), "int32")).shape)
@@ -191,15 +252,16 @@ class TransformerEncoderBlock(keras.layers.Layer):
         qkv = ops.reshape(self.qkv(x), (batch, seq_len, 3, self.num_heads, self.head_size))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]                  # [B, T, N, D] each
         use_dropout = training and self.attention_dropout_rate > 0
-        mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
+        scale = self.head_size ** -0.5
         if not (return_attention or use_dropout):
-            # JAX on a GPU would try cuDNN's fused kernel first, which rejects a [B, 1, 1, T]
-            # padding mask (logging a traceback per trace) before falling back to XLA's.
-            flash = False if keras.backend.backend() == "jax" else None
-            context = ops.dot_product_attention(q, k, v, mask=mask, flash_attention=flash,
-                                                scale=self.head_size ** -0.5)  # [B, T, N, D]
-            return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
-        scores = ops.einsum("btnd,bsnd->bnts", q, k) * ops.cast(self.head_size ** -0.5, q.dtype)
+            if keras.backend.backend() == "jax":
+                context = _jax_fused_attention(q, k, v, input_mask, self.causal, scale)
+            else:
+                context = ops.dot_product_attention(
+                    q, k, v, mask=attention_mask(input_mask, self.causal), scale=scale)
+            return ops.reshape(context, (batch, seq_len, self.hidden_size)), None  # [B, T, H]
+        mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
+        scores = ops.einsum("btnd,bsnd->bnts", q, k) * ops.cast(scale, q.dtype)
         scores = ops.cast(scores, "float32")                                   # [B, N, T, T]
         mask_bias = (1.0 - ops.cast(mask, "float32")) * -1e9                # [B, 1, 1 or T, T]
         probs = ops.softmax(scores + mask_bias, axis=-1)
