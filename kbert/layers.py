@@ -5,6 +5,7 @@ Shapes: B batch, T sequence length, H hidden size, N heads, D = H / N head size,
 """
 
 import keras
+import ml_dtypes
 from keras import ops
 
 
@@ -73,6 +74,29 @@ def attention_mask(input_mask, causal=False):
     positions = ops.arange(seq_len)
     left = positions[None, :] <= positions[:, None]                          # [T, T] key <= query
     return ops.logical_and(mask, left[None, None, :, :])                     # [B, 1, T, T]
+
+
+def masked_softmax(scores, mask):
+    """Softmax of `scores` [B, N, T, T] over the keys `mask` [B, 1, 1 or T, T] lets through.
+
+    float32 scores: `ops.softmax` with -1e9 added where the mask is false. Lower precision
+    (bf16, fp16): the scores stay in their dtype and only the sum of the exponentials is
+    accumulated in float32, so no float32 [B, N, T, T] tensor is kept for the backward pass.
+
+    >>> p = masked_softmax(ops.zeros((1, 1, 1, 3)), ops.array([[[[True, True, False]]]]))
+    >>> ops.convert_to_numpy(p).round(2).tolist()
+    [[[[0.5, 0.5, 0.0]]]]
+    """
+    dtype = keras.backend.standardize_dtype(scores.dtype)
+    if dtype == "float32":
+        mask_bias = (1.0 - ops.cast(mask, "float32")) * -1e9
+        return ops.softmax(scores + mask_bias, axis=-1)
+    lowest = -0.7 * float(ml_dtypes.finfo(dtype).max)                # finite, also in fp16
+    logits = ops.where(mask, scores, ops.cast(lowest, scores.dtype))
+    logits = logits - ops.stop_gradient(ops.max(logits, axis=-1, keepdims=True))
+    exp = ops.exp(logits)
+    total = ops.sum(ops.cast(exp, "float32"), axis=-1, keepdims=True)       # [B, N, T, 1]
+    return exp / ops.cast(total, exp.dtype)
 
 
 def _jax_attention_implementation(q):
@@ -261,11 +285,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
                     q, k, v, mask=attention_mask(input_mask, self.causal), scale=scale)
             return ops.reshape(context, (batch, seq_len, self.hidden_size)), None  # [B, T, H]
         mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
-        scores = ops.einsum("btnd,bsnd->bnts", q, k) * ops.cast(scale, q.dtype)
-        scores = ops.cast(scores, "float32")                                   # [B, N, T, T]
-        mask_bias = (1.0 - ops.cast(mask, "float32")) * -1e9                # [B, 1, 1 or T, T]
-        probs = ops.softmax(scores + mask_bias, axis=-1)
-        probs = ops.cast(probs, self.compute_dtype)
+        scores = ops.einsum("btnd,bsnd->bnts", q, k) * ops.cast(scale, q.dtype)  # [B, N, T, T]
+        probs = masked_softmax(scores, mask)
         probs_dropped = self.attention_probs_dropout(probs, training=training)
         context = ops.einsum("bnts,bsnd->btnd", probs_dropped, v)              # [B, T, N, D]
         return ops.reshape(context, (batch, seq_len, self.hidden_size)), probs  # [B, T, H]

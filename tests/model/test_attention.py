@@ -73,6 +73,20 @@ def test_fused_attention_gradients_equal_explicit_path(causal, mask):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6 * scale)
 
 
+@pytest.mark.parametrize("dtype,atol", [("bfloat16", 1e-2), ("float16", 2e-3)])
+def test_low_precision_softmax_is_close_to_float32(dtype, atol):
+    rng = np.random.default_rng(2)
+    scores = (4 * rng.normal(size=(2, 3, 5, 5))).astype("float32")
+    mask = np.zeros((2, 1, 1, 5), bool)
+    mask[0, ..., :3] = True                       # row 1: no real key at all
+    reference = ops.convert_to_numpy(layers.masked_softmax(ops.convert_to_tensor(scores), mask))
+    low = layers.masked_softmax(ops.cast(scores, dtype), mask)
+    assert keras.backend.standardize_dtype(low.dtype) == dtype
+    low = ops.convert_to_numpy(ops.cast(low, "float32"))
+    assert (low[0, ..., 3:] == 0).all()                              # masked keys: exactly 0
+    np.testing.assert_allclose(low, reference, rtol=0, atol=atol)    # row 1: uniform, finite
+
+
 @pytest.mark.skipif(not JAX, reason="the fused JAX path")
 def test_attention_dropout_keeps_the_explicit_path(monkeypatch):
     calls = []
