@@ -2,11 +2,16 @@
 `ops.dot_product_attention` with a mask) equals the explicit one that materialises the
 probabilities, forward and (on JAX) gradients, with padding and causal masks."""
 
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
+from helpers import REPO
 from kbert import layers
 from kbert.layers import TransformerEncoderBlock
 
@@ -128,3 +133,21 @@ def test_cudnn_is_chosen_where_its_kernel_takes_the_inputs(monkeypatch, device, 
     monkeypatch.setattr(jax, "devices", lambda *a: [fake])
     q = jnp.zeros((1, 4, 2, head_size), dtype)
     assert layers._jax_attention_implementation(q) == expected
+
+
+@pytest.mark.skipif(not JAX, reason="a JAX benchmark")
+def test_gpu_benchmark_smoke_runs_without_tensorflow():
+    code = ("import runpy, sys\n"
+            "class NoTensorFlow:\n"
+            "    def find_spec(self, name, *args):\n"
+            "        if name.partition('.')[0] == 'tensorflow':\n"
+            "            raise ImportError(name)\n"
+            "sys.meta_path.insert(0, NoTensorFlow())\n"
+            "sys.argv = ['attention_gpu.py', '--smoke']\n"
+            "runpy.run_path('benchmarks/attention_gpu.py', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1].split()
+    assert last[0] == "2x16" and len(last) == 8, done.stdout
+    assert all(float(n) >= 0 for n in last[1:])
