@@ -1,0 +1,165 @@
+"""Attention's two paths agree: the fused call (on JAX `_jax_fused_attention`, which the layer
+runs where cuDNN's kernel does and the tests force here with XLA's; elsewhere
+`ops.dot_product_attention` with a mask) equals the explicit one that materialises the
+probabilities, forward and (on JAX) gradients, with padding and causal masks."""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from helpers import REPO
+from kbert import layers
+from kbert.layers import TransformerEncoderBlock
+
+pytestmark = pytest.mark.multibackend
+JAX = keras.backend.backend() == "jax"
+SUFFIX = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7], "int32")   # full, partial
+# A real token after padding. Every query sees a real key, also under `causal`: a query that
+# sees none has flat logits, whose gradient the explicit path's additive -1e9 still passes on.
+NOT_SUFFIX = np.array([[1] * 9, [1, 0, 0] + [1] * 6, [1, 0] * 4 + [1]], "int32")
+
+
+@pytest.fixture(autouse=True)
+def fused_on_jax(monkeypatch):
+    """The JAX fused call on this machine's device too (with XLA's kernel, not cuDNN's)."""
+    monkeypatch.setattr(layers, "_jax_fused", lambda q: True)
+
+
+def _block(causal):
+    block = TransformerEncoderBlock(hidden_size=16, num_heads=2, intermediate_size=32,
+                                    causal=causal)
+    x = np.random.default_rng(0).normal(size=(3, 9, 16)).astype("float32")
+    block(x, SUFFIX)
+    return block, x
+
+
+def _run(block, x, mask, explicit, jit=False):
+    """The block's output [B, T, H]: fused, or explicit (`return_attention=True`)."""
+    def call(x, mask):
+        out = block(x, mask, return_attention=explicit)
+        return out[0] if explicit else out
+    if jit:
+        import jax
+        call = jax.jit(call)
+    return ops.convert_to_numpy(call(x, mask))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mask", [SUFFIX, NOT_SUFFIX], ids=["suffix", "not_suffix"])
+def test_fused_attention_equals_explicit_path(causal, mask):
+    block, x = _block(causal)
+    explicit = _run(block, x, mask, explicit=True)
+    np.testing.assert_allclose(_run(block, x, mask, explicit=False), explicit, rtol=0, atol=1e-6)
+    if JAX:  # traced, padding's layout is only known at run time: the `lax.cond`
+        np.testing.assert_allclose(_run(block, x, mask, False, jit=True), explicit,
+                                   rtol=0, atol=1e-6)
+
+
+@pytest.mark.skipif(not JAX, reason="the fused JAX path")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mask", [SUFFIX, NOT_SUFFIX], ids=["suffix", "not_suffix"])
+def test_fused_attention_gradients_equal_explicit_path(causal, mask):
+    import jax
+
+    block, x = _block(causal)
+    weights = [v.value for v in block.trainable_variables]
+    seeds = [v.value for v in block.non_trainable_variables]      # the dropout layers' RNG
+    readout = np.random.default_rng(1).normal(size=x.shape).astype("float32")
+
+    def loss(weights, x, explicit):
+        # A weighted sum: the plain sum of a LayerNorm output has no gradient.
+        out, _ = block.stateless_call(weights, seeds, x, mask, return_attention=explicit)
+        return (ops.convert_to_tensor(out[0] if explicit else out) * readout).sum()
+
+    grads = {e: jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(weights, x, e)
+             for e in (False, True)}
+    fused, explicit = (jax.tree_util.tree_leaves(grads[e]) for e in (False, True))
+    assert len(fused) == len(weights) + 1
+    for a, b in zip(fused, explicit):
+        scale = max(1.0, float(np.abs(b).max()))
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("dtype,atol", [("bfloat16", 1e-2), ("float16", 2e-3)])
+def test_low_precision_softmax_is_close_to_float32(dtype, atol):
+    rng = np.random.default_rng(2)
+    scores = (4 * rng.normal(size=(2, 3, 5, 5))).astype("float32")
+    mask = np.zeros((2, 1, 1, 5), bool)
+    mask[0, ..., :3] = True                       # row 1: no real key at all
+
+    def softmax(scores):
+        weights, total = layers.masked_exp(scores, mask)
+        assert keras.backend.standardize_dtype(total.dtype) == "float32"
+        return weights, weights / ops.cast(total, weights.dtype)
+    reference = ops.convert_to_numpy(softmax(ops.convert_to_tensor(scores))[1])
+    weights, low = softmax(ops.cast(scores, dtype))
+    assert keras.backend.standardize_dtype(weights.dtype) == dtype
+    low = ops.convert_to_numpy(ops.cast(low, "float32"))
+    assert (low[0, ..., 3:] == 0).all()                              # masked keys: exactly 0
+    np.testing.assert_allclose(low, reference, rtol=0, atol=atol)    # row 1: uniform, finite
+
+
+@pytest.mark.skipif(not JAX, reason="the fused JAX path")
+def test_attention_dropout_keeps_the_explicit_path(monkeypatch):
+    calls = []
+    fused = layers._jax_fused_attention
+    monkeypatch.setattr(layers, "_jax_fused_attention",
+                        lambda *a: calls.append(1) or fused(*a))
+    x = np.ones((2, 4, 8), "float32")
+    mask = np.ones((2, 4), "int32")
+    with_dropout = TransformerEncoderBlock(8, 2, 16, attention_dropout=0.1)
+    with_dropout(x, mask, training=True)
+    assert calls == []                                   # dropout needs the probabilities
+    with_dropout(x, mask, training=False)
+    TransformerEncoderBlock(8, 2, 16, attention_dropout=0.0)(x, mask, training=True)
+    assert calls == [1, 1]
+
+
+@pytest.mark.skipif(not JAX, reason="the fused JAX path")
+@pytest.mark.parametrize("device,dtype,head_size,expected", [
+    (("cpu", "cpu", None), "bfloat16", 64, "xla"),
+    (("gpu", "cuda 12090", "9.0"), "bfloat16", 64, "cudnn"),
+    (("gpu", "cuda 12090", "8.0"), "float16", 128, "cudnn"),
+    (("gpu", "cuda 12090", "9.0"), "float32", 64, "xla"),          # cuDNN: bf16/fp16 only
+    (("gpu", "cuda 12090", "9.0"), "bfloat16", 12, "xla"),         # not a multiple of 8
+    (("gpu", "cuda 12090", "8.6"), "bfloat16", 256, "xla"),        # 256 from Hopper on
+    (("gpu", "cuda 12090", "9.0"), "bfloat16", 256, "cudnn"),
+    (("gpu", "cuda 12090", "7.5"), "bfloat16", 64, "xla"),         # before Ampere
+    (("gpu", "rocm 6.3", "gfx942"), "bfloat16", 64, "xla"),
+])
+def test_cudnn_is_chosen_where_its_kernel_takes_the_inputs(monkeypatch, device, dtype,
+                                                           head_size, expected):
+    import types
+
+    import jax
+    import jax.numpy as jnp
+
+    platform, version, capability = device
+    fake = types.SimpleNamespace(platform=platform, compute_capability=capability,
+                                 client=types.SimpleNamespace(platform_version=version))
+    monkeypatch.setattr(jax, "devices", lambda *a: [fake])
+    q = jnp.zeros((1, 4, 2, head_size), dtype)
+    assert layers._jax_attention_implementation(q) == expected
+
+
+@pytest.mark.skipif(not JAX, reason="a JAX benchmark")
+def test_gpu_benchmark_smoke_runs_without_tensorflow():
+    code = ("import runpy, sys\n"
+            "class NoTensorFlow:\n"
+            "    def find_spec(self, name, *args):\n"
+            "        if name.partition('.')[0] == 'tensorflow':\n"
+            "            raise ImportError(name)\n"
+            "sys.meta_path.insert(0, NoTensorFlow())\n"
+            "sys.argv = ['attention_gpu.py', '--smoke']\n"
+            "runpy.run_path('benchmarks/attention_gpu.py', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1].split()
+    assert last[0] == "2x16" and len(last) == 8, done.stdout
+    assert all(float(n) >= 0 for n in last[1:])
