@@ -1,0 +1,245 @@
+"""Sequences per second each pretraining input path delivers per CPU core, against what a GPU
+consumes.
+
+    python benchmarks/input_rate.py                 # shards from the shared corpus (brown)
+    python benchmarks/input_rate.py --quick         # a few files, short windows: seconds
+
+The paths, as `kbert pretrain` and `examples/pretrain_arrays.py` build them:
+- `static`: `kbert.data.inputs.pretraining_dataset` over TFRecord shards (masks written by
+  `kbert create-pretraining-data`), seeded as `kbert pretrain` seeds it, then `targets_for`;
+- `dynamic`: the same with `DynamicMasking` (new masks drawn for every batch);
+- `arrays`: `examples/pretrain_arrays.batches`, NumPy arrays (the same shards read into memory).
+
+The shards are written first by kbert's own `create_pretraining_data` from real text (not
+synthetic features), at sequence 128 / 20 predictions (batch 256) and 512 / 80 (batch 64). Each
+core count runs in its own process, pinned with `os.sched_setaffinity` to that many CPUs, with
+TensorFlow's intra/inter-op pools and the tf.data private thread pool the same size; batches
+are taken as the JAX and PyTorch backends take them (NumPy), by a consumer on the same cores.
+Each rate is the best of `--repeats` timed windows of `--seconds` on one iterator, after a
+warm-up (the shuffle buffer fills, autotuning settles).
+
+Projection to 16 cores: Amdahl's law through the 1- and 2-core rates (the serial fraction s from
+the 2-core speedup S2, s = 2/S2 - 1; speedup at 16 = 1 / (s + (1 - s)/16)); with one usable CPU,
+linear. The rates needed are what one H200 consumes in pretraining at sequence 128 (base 3,300,
+mini 14,000 sequences/s); at 512 the same tokens/s (a quarter of the sequences: an upper bound,
+attention makes a 512 step dearer than four 128 steps).
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus")
+VOCAB = os.path.join(ROOT, "saved_models", "minilm-l6-mlm-nsp", "vocab.txt")
+PATHS = ("static", "dynamic", "arrays")
+SHAPES = ((128, 20, 256), (512, 80, 64))     # (max_seq_length, max_predictions_per_seq, batch)
+NEEDED_128 = {"base": 3300, "mini": 14000}   # sequences/s one H200 consumes at sequence 128
+TARGET_CORES = 16
+
+
+def needed(config, seq):
+    """Sequences/s a GPU consumes: the measured rate at 128, the same tokens/s at other lengths."""
+    return NEEDED_128[config] * 128 / seq
+
+
+def amdahl(one, two, cores=TARGET_CORES):
+    """The rate on `cores` from the 1- and 2-core rates (linear when `two` is None).
+
+    >>> round(amdahl(100, 200)), round(amdahl(100, 100)), round(amdahl(100, 150))
+    (1600, 100, 320)
+    """
+    if two is None:
+        return one * cores
+    serial = min(1.0, max(0.0, 2 * one / two - 1))
+    return one / (serial + (1 - serial) / cores)
+
+
+# --- data ---------------------------------------------------------------------------------------
+def write_shards(out, files, vocab, quick):
+    """One shard directory per shape, written by kbert's `create_pretraining_data`."""
+    from kbert.data import pretraining
+    dirs = {}
+    for seq, preds, _ in SHAPES:
+        dirs[seq] = os.path.join(out, f"seq{seq}")
+        totals = pretraining.create_pretraining_data(
+            files, vocab, dirs[seq], pretraining.Options(seq, preds, dupe_factor=1, seed=1),
+            block_size=2000 if quick else 20000, progress=False)
+        print(f"sequence {seq}: {totals['instances']} instances in {totals['shards']} shards",
+              flush=True)
+    return dirs
+
+
+def corpus_files(sources, limit=None):
+    import glob
+    files = [f for s in sources for f in sorted(glob.glob(os.path.join(CORPUS, s, "*.txt")))]
+    if not files:
+        sys.exit(f"no corpus files under {CORPUS} for {sources}")
+    return files[:limit]
+
+
+# --- one process per core count -----------------------------------------------------------------
+def pin(cores):
+    """This process (and the threads it starts from now on) on its first `cores` CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))[:cores]
+    os.sched_setaffinity(0, cpus)
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(cores)
+    tf.config.threading.set_inter_op_parallelism_threads(cores)
+    return cpus
+
+
+def tf_batches(directory, batch_size, dynamic, vocab, cores):
+    """`kbert pretrain`'s stream (seeded), its targets, as NumPy batches."""
+    import tensorflow as tf
+
+    from kbert.data import inputs
+    masking = None
+    if dynamic:
+        masking = inputs.DynamicMasking(vocab, inputs.shard_shapes(inputs.shard_files(directory))[1])
+    ds = inputs.pretraining_dataset(directory, batch_size, seed=0, dynamic_masking=masking)
+    ds = ds.map(inputs.targets_for("mlm_nsp"))
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = cores
+    options.threading.max_intra_op_parallelism = 1
+    return ds.with_options(options).as_numpy_iterator()
+
+
+def array_batches(directory, batch_size):
+    """`examples/pretrain_arrays.py`'s generator over the shards' features read into memory."""
+    import numpy as np
+
+    from kbert.data import inputs
+    spec = importlib.util.spec_from_file_location(
+        "pretrain_arrays", os.path.join(ROOT, "examples", "pretrain_arrays.py"))
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    parts = list(inputs.pretraining_dataset(directory, 4096, is_training=False)
+                 .as_numpy_iterator())
+    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return example.batches(arrays, batch_size, seed=0)
+
+
+def best_rate(batches, batch_size, seconds, repeats):
+    """Sequences/s: the best of `repeats` windows of `seconds` after a warm-up of `seconds`."""
+    start = time.perf_counter()
+    for n in range(10 ** 9):
+        next(batches)
+        if n >= 2 and time.perf_counter() - start > seconds:
+            break
+    rates = []
+    for _ in range(repeats):
+        n, start = 0, time.perf_counter()
+        while n < 2 or time.perf_counter() - start < seconds:
+            next(batches)
+            n += 1
+        rates.append(n * batch_size / (time.perf_counter() - start))
+    return max(rates)
+
+
+def child(args):
+    """Measures every path and shape on `args.cores` CPUs; prints one JSON line each."""
+    cpus = pin(args.cores)
+    from kbert.config import read_vocab
+    vocab = read_vocab(args.vocab)
+    dirs = json.loads(args.dirs)
+    for seq, _, batch in SHAPES:
+        if args.quick:
+            batch //= 4
+        for path in PATHS:
+            if path == "arrays":
+                batches = array_batches(dirs[str(seq)], batch)
+            else:
+                batches = tf_batches(dirs[str(seq)], batch, path == "dynamic", vocab, args.cores)
+            rate = best_rate(batches, batch, args.seconds, args.repeats)
+            print(json.dumps({"path": path, "seq": seq, "batch": batch, "cores": args.cores,
+                              "cpus": cpus, "rate": rate}), flush=True)
+            del batches
+
+
+def run_child(args, cores, dirs):
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--cores", str(cores),
+               "--dirs", json.dumps(dirs), "--vocab", args.vocab, "--seconds", str(args.seconds),
+               "--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
+        ROOT, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        sys.exit(f"the {cores}-core run failed:\n{done.stderr[-3000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+# --- the table ----------------------------------------------------------------------------------
+def table(results):
+    """Rows of (path, shape, per-core rate, scaling, projection, needs and headroom)."""
+    rows = []
+    for seq, preds, _ in SHAPES:
+        for path in PATHS:
+            one = results[(path, seq, 1)]
+            two = results.get((path, seq, 2))
+            projected = amdahl(one["rate"], two and two["rate"])
+            rows.append({
+                "path": path, "shape": f"{one['batch']}x{seq}, {preds} pred",
+                "one": one["rate"], "two": two and two["rate"],
+                "scaling": two and two["rate"] / one["rate"], "projected": projected,
+                **{f"needed_{c}": needed(c, seq) for c in NEEDED_128},
+                **{f"headroom_{c}": projected / needed(c, seq) for c in NEEDED_128}})
+    return rows
+
+
+def show(rows):
+    def n(x):
+        return "-" if x is None else f"{x:,.0f}"
+    print(f"\n| path | batch x seq | seq/s, 1 core | seq/s, 2 cores | scaling 1→2 | "
+          f"projected, {TARGET_CORES} cores | needed base / mini | headroom base / mini |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        scaling = "-" if r["scaling"] is None else f"{r['scaling']:.2f}×"
+        print(f"| {r['path']} | {r['shape']} | {n(r['one'])} | {n(r['two'])} | {scaling} | "
+              f"{n(r['projected'])} | {n(r['needed_base'])} / {n(r['needed_mini'])} | "
+              f"{r['headroom_base']:,.0f}× / {r['headroom_mini']:,.0f}× |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sources", nargs="+", default=["brown"], help="corpus folders")
+    parser.add_argument("--vocab", default=VOCAB)
+    parser.add_argument("--seconds", type=float, default=2.0, help="each timed window")
+    parser.add_argument("--repeats", type=int, default=3, help="windows; the best is kept")
+    parser.add_argument("--quick", action="store_true",
+                        help="a few corpus files, quarter batches, short single windows")
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cores", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--dirs", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args)
+    if args.quick:
+        args.seconds, args.repeats = min(args.seconds, 0.3), 1
+    usable = len(os.sched_getaffinity(0))
+    print(f"{usable} usable CPUs, load average {os.getloadavg()[0]:.1f}; best of "
+          f"{args.repeats} windows of {args.seconds:g} s", flush=True)
+    with tempfile.TemporaryDirectory() as out:
+        files = corpus_files(args.sources, 4 if args.quick else None)
+        dirs = write_shards(out, files, args.vocab, args.quick)
+        results = {}
+        for cores in (1, 2)[:usable]:
+            for r in run_child(args, cores, dirs):
+                results[(r["path"], r["seq"], r["cores"])] = r
+    rows = table(results)
+    show(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
