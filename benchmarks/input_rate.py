@@ -15,8 +15,10 @@ synthetic features), at sequence 128 / 20 predictions (batch 256) and 512 / 80 (
 core count runs in its own process, pinned with `os.sched_setaffinity` to that many CPUs, with
 TensorFlow's intra/inter-op pools and the tf.data private thread pool the same size; batches
 are taken as the JAX and PyTorch backends take them (NumPy), by a consumer on the same cores.
-Each rate is the best of `--repeats` timed windows of `--seconds` on one iterator, after a
-warm-up (the shuffle buffer fills, autotuning settles).
+A rate is one timed window of `--seconds` after a warm-up as long (the shuffle buffer fills,
+autotuning settles); each core count runs `--repeats` times, alternated, and the best is kept.
+Beside the wall-clock rate, sequences per CPU-second of the 1-core process: other load on the
+machine slows the first, hardly the second.
 
 Projection to 16 cores: Amdahl's law through the 1- and 2-core rates (the serial fraction s from
 the 2-core speedup S2, s = 2/S2 - 1; speedup at 16 = 1 / (s + (1 - s)/16)); with one usable CPU,
@@ -63,16 +65,18 @@ def amdahl(one, two, cores=TARGET_CORES):
 
 # --- data ---------------------------------------------------------------------------------------
 def write_shards(out, files, vocab, quick):
-    """One shard directory per shape, written by kbert's `create_pretraining_data`."""
+    """`out/seqN`, one shard directory per shape, written by kbert's `create_pretraining_data`
+    (by the first measuring process: one TensorFlow start fewer); returns {N: directory}."""
     from kbert.data import pretraining
-    dirs = {}
+    dirs = {seq: os.path.join(out, f"seq{seq}") for seq, _, _ in SHAPES}
     for seq, preds, _ in SHAPES:
-        dirs[seq] = os.path.join(out, f"seq{seq}")
+        if os.path.isdir(dirs[seq]):
+            continue
         totals = pretraining.create_pretraining_data(
             files, vocab, dirs[seq], pretraining.Options(seq, preds, dupe_factor=1, seed=1),
             block_size=2000 if quick else 20000, progress=False)
-        print(f"sequence {seq}: {totals['instances']} instances in {totals['shards']} shards",
-              flush=True)
+        print(f"sequence {seq}: {totals['instances']} instances in {totals['shards']} shards "
+              f"from {len(files)} files", file=sys.stderr, flush=True)
     return dirs
 
 
@@ -102,7 +106,8 @@ def tf_batches(directory, batch_size, dynamic, vocab, cores):
     from kbert.data import inputs
     masking = None
     if dynamic:
-        masking = inputs.DynamicMasking(vocab, inputs.shard_shapes(inputs.shard_files(directory))[1])
+        predictions = inputs.shard_shapes(inputs.shard_files(directory))[1]
+        masking = inputs.DynamicMasking(vocab, predictions)
     ds = inputs.pretraining_dataset(directory, batch_size, seed=0, dynamic_masking=masking)
     ds = ds.map(inputs.targets_for("mlm_nsp"))
     options = tf.data.Options()
@@ -126,21 +131,20 @@ def array_batches(directory, batch_size):
     return example.batches(arrays, batch_size, seed=0)
 
 
-def best_rate(batches, batch_size, seconds, repeats):
-    """Sequences/s: the best of `repeats` windows of `seconds` after a warm-up of `seconds`."""
+def rate(batches, batch_size, seconds):
+    """(sequences/s, sequences per CPU-second of this process) over one window of `seconds`,
+    after a warm-up as long (the shuffle buffer fills, autotuning settles)."""
     start = time.perf_counter()
     for n in range(10 ** 9):
         next(batches)
         if n >= 2 and time.perf_counter() - start > seconds:
             break
-    rates = []
-    for _ in range(repeats):
-        n, start = 0, time.perf_counter()
-        while n < 2 or time.perf_counter() - start < seconds:
-            next(batches)
-            n += 1
-        rates.append(n * batch_size / (time.perf_counter() - start))
-    return max(rates)
+    n, start, cpu = 0, time.perf_counter(), time.process_time()
+    while n < 2 or time.perf_counter() - start < seconds:
+        next(batches)
+        n += 1
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return n * batch_size / wall, n * batch_size / cpu
 
 
 def child(args):
@@ -148,36 +152,50 @@ def child(args):
     cpus = pin(args.cores)
     from kbert.config import read_vocab
     vocab = read_vocab(args.vocab)
-    dirs = json.loads(args.dirs)
+    files = corpus_files(args.sources, 4 if args.quick else None)
+    dirs = write_shards(args.data, files, args.vocab, args.quick)
     for seq, _, batch in SHAPES:
         if args.quick:
             batch //= 4
         for path in PATHS:
             if path == "arrays":
-                batches = array_batches(dirs[str(seq)], batch)
+                batches = array_batches(dirs[seq], batch)
             else:
-                batches = tf_batches(dirs[str(seq)], batch, path == "dynamic", vocab, args.cores)
-            rate = best_rate(batches, batch, args.seconds, args.repeats)
+                batches = tf_batches(dirs[seq], batch, path == "dynamic", vocab, args.cores)
+            wall, cpu = rate(batches, batch, args.seconds)
             print(json.dumps({"path": path, "seq": seq, "batch": batch, "cores": args.cores,
-                              "cpus": cpus, "rate": rate}), flush=True)
+                              "cpus": cpus, "rate": wall, "cpu_rate": cpu}), flush=True)
             del batches
 
 
-def run_child(args, cores, dirs):
+def run_child(args, cores):
     command = [sys.executable, os.path.abspath(__file__), "--child", "--cores", str(cores),
-               "--dirs", json.dumps(dirs), "--vocab", args.vocab, "--seconds", str(args.seconds),
-               "--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])
+               "--data", args.data, "--vocab", args.vocab, "--seconds", str(args.seconds),
+               "--sources", *args.sources] + (["--quick"] if args.quick else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
         ROOT, os.environ.get("PYTHONPATH")])))
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=env)
     if done.returncode:
-        sys.exit(f"the {cores}-core run failed:\n{done.stderr[-3000:]}")
+        sys.exit(f"the {cores}-core run failed")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def measure(args, core_counts):
+    """The best of `args.repeats` rounds, each a fresh process per core count (alternated, so a
+    burst of other load on the machine hits one round, not every run of one core count)."""
+    best = {}
+    for _ in range(args.repeats):
+        for cores in core_counts:
+            for r in run_child(args, cores):
+                key = (r["path"], r["seq"], r["cores"])
+                if key not in best or r["rate"] > best[key]["rate"]:
+                    best[key] = r
+    return best
 
 
 # --- the table ----------------------------------------------------------------------------------
 def table(results):
-    """Rows of (path, shape, per-core rate, scaling, projection, needs and headroom)."""
+    """Rows of (path, shape, per-core rates, scaling, projection, needs and headroom)."""
     rows = []
     for seq, preds, _ in SHAPES:
         for path in PATHS:
@@ -186,7 +204,7 @@ def table(results):
             projected = amdahl(one["rate"], two and two["rate"])
             rows.append({
                 "path": path, "shape": f"{one['batch']}x{seq}, {preds} pred",
-                "one": one["rate"], "two": two and two["rate"],
+                "one": one["rate"], "one_cpu": one["cpu_rate"], "two": two and two["rate"],
                 "scaling": two and two["rate"] / one["rate"], "projected": projected,
                 **{f"needed_{c}": needed(c, seq) for c in NEEDED_128},
                 **{f"headroom_{c}": projected / needed(c, seq) for c in NEEDED_128}})
@@ -196,14 +214,16 @@ def table(results):
 def show(rows):
     def n(x):
         return "-" if x is None else f"{x:,.0f}"
-    print(f"\n| path | batch x seq | seq/s, 1 core | seq/s, 2 cores | scaling 1→2 | "
-          f"projected, {TARGET_CORES} cores | needed base / mini | headroom base / mini |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print(f"\n| path | batch x seq | seq/s, 1 core | seq/CPU-s, 1 core | seq/s, 2 cores | "
+          f"scaling 1→2 | projected, {TARGET_CORES} cores | needed base / mini | "
+          f"headroom base / mini |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         scaling = "-" if r["scaling"] is None else f"{r['scaling']:.2f}×"
-        print(f"| {r['path']} | {r['shape']} | {n(r['one'])} | {n(r['two'])} | {scaling} | "
-              f"{n(r['projected'])} | {n(r['needed_base'])} / {n(r['needed_mini'])} | "
-              f"{r['headroom_base']:,.0f}× / {r['headroom_mini']:,.0f}× |")
+        print(f"| {r['path']} | {r['shape']} | {n(r['one'])} | {n(r['one_cpu'])} | "
+              f"{n(r['two'])} | {scaling} | {n(r['projected'])} | {n(r['needed_base'])} / "
+              f"{n(r['needed_mini'])} | {r['headroom_base']:,.0f}× / "
+              f"{r['headroom_mini']:,.0f}× |")
 
 
 def main(argv=None):
@@ -211,13 +231,13 @@ def main(argv=None):
     parser.add_argument("--sources", nargs="+", default=["brown"], help="corpus folders")
     parser.add_argument("--vocab", default=VOCAB)
     parser.add_argument("--seconds", type=float, default=2.0, help="each timed window")
-    parser.add_argument("--repeats", type=int, default=3, help="windows; the best is kept")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds; the best is kept")
     parser.add_argument("--quick", action="store_true",
-                        help="a few corpus files, quarter batches, short single windows")
+                        help="a few corpus files, quarter batches, one core, one short window")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cores", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--dirs", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args)
@@ -225,14 +245,9 @@ def main(argv=None):
         args.seconds, args.repeats = min(args.seconds, 0.3), 1
     usable = len(os.sched_getaffinity(0))
     print(f"{usable} usable CPUs, load average {os.getloadavg()[0]:.1f}; best of "
-          f"{args.repeats} windows of {args.seconds:g} s", flush=True)
-    with tempfile.TemporaryDirectory() as out:
-        files = corpus_files(args.sources, 4 if args.quick else None)
-        dirs = write_shards(out, files, args.vocab, args.quick)
-        results = {}
-        for cores in (1, 2)[:usable]:
-            for r in run_child(args, cores, dirs):
-                results[(r["path"], r["seq"], r["cores"])] = r
+          f"{args.repeats} rounds of {args.seconds:g} s windows", flush=True)
+    with tempfile.TemporaryDirectory() as args.data:
+        results = measure(args, (1,) if args.quick else (1, 2)[:usable])
     rows = table(results)
     show(rows)
     if args.json:
