@@ -2,7 +2,8 @@
 consumes.
 
     python benchmarks/input_rate.py                 # shards from the shared corpus (brown)
-    python benchmarks/input_rate.py --quick         # a few files, short windows: seconds
+    python benchmarks/input_rate.py --cores 16      # on the GPU host: measured, not projected
+    python benchmarks/input_rate.py --quick         # a few files, one core, short windows
 
 The paths, as `kbert pretrain` and `examples/pretrain_arrays.py` build them:
 - `static`: `kbert.data.inputs.pretraining_dataset` over TFRecord shards (masks written by
@@ -20,11 +21,12 @@ autotuning settles); each core count runs `--repeats` times, alternated, and the
 Beside the wall-clock rate, sequences per CPU-second of the 1-core process: other load on the
 machine slows the first, hardly the second.
 
-Projection to 16 cores: Amdahl's law through the 1- and 2-core rates (the serial fraction s from
-the 2-core speedup S2, s = 2/S2 - 1; speedup at 16 = 1 / (s + (1 - s)/16)); with one usable CPU,
-linear. The rates needed are what one H200 consumes in pretraining at sequence 128 (base 3,300,
-mini 14,000 sequences/s); at 512 the same tokens/s (a quarter of the sequences: an upper bound,
-attention makes a 512 step dearer than four 128 steps).
+Projection to 16 cores: Amdahl's law through the rates on 1 and on `--cores` n CPUs (2 here): the
+serial fraction s from the speedup S, s = (n/S - 1)/(n - 1), then 1 / (s + (1 - s)/16); with
+one CPU measured (`--quick`, or one usable CPU), linear. The rates needed are what one H200
+consumes in pretraining at sequence 128 (base 3,300, mini 14,000 sequences/s); at 512 the same
+tokens/s (a quarter of the sequences: an upper bound, attention makes a 512 step dearer than
+four 128 steps).
 """
 
 import argparse
@@ -51,15 +53,17 @@ def needed(config, seq):
     return NEEDED_128[config] * 128 / seq
 
 
-def amdahl(one, two, cores=TARGET_CORES):
-    """The rate on `cores` from the 1- and 2-core rates (linear when `two` is None).
+def amdahl(one, many=None, n=2, cores=TARGET_CORES):
+    """The rate on `cores` from the rates on 1 and on `n` cores (linear when `many` is None):
+    Amdahl's law with the serial fraction s that the `n`-core speedup S gives,
+    s = (n/S - 1) / (n - 1).
 
     >>> round(amdahl(100, 200)), round(amdahl(100, 100)), round(amdahl(100, 150))
     (1600, 100, 320)
     """
-    if two is None:
+    if many is None:
         return one * cores
-    serial = min(1.0, max(0.0, 2 * one / two - 1))
+    serial = min(1.0, max(0.0, (n * one / many - 1) / (n - 1)))
     return one / (serial + (1 - serial) / cores)
 
 
@@ -157,7 +161,7 @@ def child(args):
     for seq, _, batch in SHAPES:
         if args.quick:
             batch //= 4
-        for path in PATHS:
+        for path in args.paths:
             if path == "arrays":
                 batches = array_batches(dirs[seq], batch)
             else:
@@ -171,7 +175,8 @@ def child(args):
 def run_child(args, cores):
     command = [sys.executable, os.path.abspath(__file__), "--child", "--cores", str(cores),
                "--data", args.data, "--vocab", args.vocab, "--seconds", str(args.seconds),
-               "--sources", *args.sources] + (["--quick"] if args.quick else [])
+               "--sources", *args.sources, "--paths", *args.paths]
+    command += ["--quick"] if args.quick else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
         ROOT, os.environ.get("PYTHONPATH")])))
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=env)
@@ -194,36 +199,36 @@ def measure(args, core_counts):
 
 
 # --- the table ----------------------------------------------------------------------------------
-def table(results):
-    """Rows of (path, shape, per-core rates, scaling, projection, needs and headroom)."""
+def table(results, n):
+    """Rows of (path, shape, rates on 1 and `n` cores, projection, needs and headroom)."""
     rows = []
     for seq, preds, _ in SHAPES:
-        for path in PATHS:
+        for path in sorted({p for p, s, _ in results if s == seq}, key=PATHS.index):
             one = results[(path, seq, 1)]
-            two = results.get((path, seq, 2))
-            projected = amdahl(one["rate"], two and two["rate"])
+            many = results[(path, seq, n)]["rate"] if n > 1 else None
+            projected = amdahl(one["rate"], many, n)
             rows.append({
                 "path": path, "shape": f"{one['batch']}x{seq}, {preds} pred",
-                "one": one["rate"], "one_cpu": one["cpu_rate"], "two": two and two["rate"],
-                "scaling": two and two["rate"] / one["rate"], "projected": projected,
+                "one": one["rate"], "one_cpu": one["cpu_rate"], "cores": n, "many": many,
+                "scaling": many and many / one["rate"], "projected": projected,
                 **{f"needed_{c}": needed(c, seq) for c in NEEDED_128},
                 **{f"headroom_{c}": projected / needed(c, seq) for c in NEEDED_128}})
     return rows
 
 
-def show(rows):
-    def n(x):
+def show(rows, n):
+    def f(x):
         return "-" if x is None else f"{x:,.0f}"
-    print(f"\n| path | batch x seq | seq/s, 1 core | seq/CPU-s, 1 core | seq/s, 2 cores | "
-          f"scaling 1→2 | projected, {TARGET_CORES} cores | needed base / mini | "
+    print(f"\n| path | batch x seq | seq/s, 1 core | seq/CPU-s, 1 core | seq/s, {n} cores | "
+          f"scaling 1→{n} | projected, {TARGET_CORES} cores | needed base / mini | "
           f"headroom base / mini |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         scaling = "-" if r["scaling"] is None else f"{r['scaling']:.2f}×"
-        print(f"| {r['path']} | {r['shape']} | {n(r['one'])} | {n(r['one_cpu'])} | "
-              f"{n(r['two'])} | {scaling} | {n(r['projected'])} | {n(r['needed_base'])} / "
-              f"{n(r['needed_mini'])} | {r['headroom_base']:,.0f}× / "
-              f"{r['headroom_mini']:,.0f}× |")
+        print(f"| {r['path']} | {r['shape']} | {f(r['one'])} | {f(r['one_cpu'])} | "
+              f"{f(r['many'])} | {scaling} | {f(r['projected'])} | {f(r['needed_base'])} / "
+              f"{f(r['needed_mini'])} | {r['headroom_base']:,.1f}× / "
+              f"{r['headroom_mini']:,.1f}× |")
 
 
 def main(argv=None):
@@ -232,11 +237,14 @@ def main(argv=None):
     parser.add_argument("--vocab", default=VOCAB)
     parser.add_argument("--seconds", type=float, default=2.0, help="each timed window")
     parser.add_argument("--repeats", type=int, default=3, help="rounds; the best is kept")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument("--cores", type=int, default=2,
+                        help="the second core count measured (2 here; 16 on a GPU host measures "
+                             "instead of projecting)")
     parser.add_argument("--quick", action="store_true",
                         help="a few corpus files, quarter batches, one core, one short window")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--cores", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -244,12 +252,13 @@ def main(argv=None):
     if args.quick:
         args.seconds, args.repeats = min(args.seconds, 0.3), 1
     usable = len(os.sched_getaffinity(0))
+    n = 1 if args.quick else min(args.cores, usable)
     print(f"{usable} usable CPUs, load average {os.getloadavg()[0]:.1f}; best of "
           f"{args.repeats} rounds of {args.seconds:g} s windows", flush=True)
     with tempfile.TemporaryDirectory() as args.data:
-        results = measure(args, (1,) if args.quick else (1, 2)[:usable])
-    rows = table(results)
-    show(rows)
+        results = measure(args, sorted({1, n}))
+    rows = table(results, n)
+    show(rows, n)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

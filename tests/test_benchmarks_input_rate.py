@@ -25,7 +25,9 @@ def test_projection_and_needed_rates():
     assert bench.amdahl(100, 200) == pytest.approx(1600)          # perfect scaling: linear
     assert bench.amdahl(100, 100) == pytest.approx(100)           # serial: no gain
     assert bench.amdahl(100, 150) == pytest.approx(100 / (1 / 3 + 2 / 3 / 16))
-    assert bench.amdahl(100, None) == pytest.approx(1600)
+    assert bench.amdahl(100) == pytest.approx(1600)
+    assert bench.amdahl(100, 1000, n=16) == pytest.approx(1000)  # measured at 16: itself
+    assert bench.amdahl(100, 700, n=8, cores=8) == pytest.approx(700)
     assert bench.needed("base", 128) == 3300 and bench.needed("mini", 512) == 3500
 
 
@@ -39,7 +41,7 @@ def test_quick_run_prints_every_path_and_shape(tmp_path, shared_data):
     assert [(r["path"], r["shape"].split(",")[0]) for r in rows] == [
         (p, s) for s in ("64x128", "16x512") for p in ("static", "dynamic", "arrays")]
     for r in rows:
-        assert r["one"] > 0 and r["one_cpu"] > 0 and r["two"] is None
+        assert r["one"] > 0 and r["one_cpu"] > 0 and r["many"] is None
         assert r["projected"] == pytest.approx(16 * r["one"])    # one core measured: linear
         assert r["headroom_mini"] == pytest.approx(r["projected"] / r["needed_mini"])
     table = [line for line in done.stdout.splitlines() if line.startswith("| ")]
