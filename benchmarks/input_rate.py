@@ -18,8 +18,9 @@ TensorFlow's intra/inter-op pools and the tf.data private thread pool the same s
 are taken as the JAX and PyTorch backends take them (NumPy), by a consumer on the same cores.
 A rate is one timed window of `--seconds` after a warm-up as long (the shuffle buffer fills,
 autotuning settles); each core count runs `--repeats` times, alternated, and the best is kept.
-Beside the wall-clock rate, sequences per CPU-second of the 1-core process: other load on the
-machine slows the first, hardly the second.
+Beside each wall-clock rate, sequences per CPU-second of that process: other load on the machine
+slows the first, hardly the second (and on n cores the second shows what running in parallel
+costs in extra CPU work).
 
 Projection to 16 cores: Amdahl's law through the rates on 1 and on `--cores` n CPUs (2 here): the
 serial fraction s from the speedup S, s = (n/S - 1)/(n - 1), then 1 / (s + (1 - s)/16); with
@@ -205,11 +206,13 @@ def table(results, n):
     for seq, preds, _ in SHAPES:
         for path in sorted({p for p, s, _ in results if s == seq}, key=PATHS.index):
             one = results[(path, seq, 1)]
-            many = results[(path, seq, n)]["rate"] if n > 1 else None
+            many = results[(path, seq, n)] if n > 1 else {"rate": None, "cpu_rate": None}
+            many, many_cpu = many["rate"], many["cpu_rate"]
             projected = amdahl(one["rate"], many, n)
             rows.append({
                 "path": path, "shape": f"{one['batch']}x{seq}, {preds} pred",
                 "one": one["rate"], "one_cpu": one["cpu_rate"], "cores": n, "many": many,
+                "many_cpu": many_cpu,
                 "scaling": many and many / one["rate"], "projected": projected,
                 **{f"needed_{c}": needed(c, seq) for c in NEEDED_128},
                 **{f"headroom_{c}": projected / needed(c, seq) for c in NEEDED_128}})
@@ -219,14 +222,15 @@ def table(results, n):
 def show(rows, n):
     def f(x):
         return "-" if x is None else f"{x:,.0f}"
-    print(f"\n| path | batch x seq | seq/s, 1 core | seq/CPU-s, 1 core | seq/s, {n} cores | "
+    print(f"\n| path | batch x seq | 1 core: seq/s | seq/CPU-s | {n} cores: seq/s | seq/CPU-s | "
           f"scaling 1→{n} | projected, {TARGET_CORES} cores | needed base / mini | "
           f"headroom base / mini |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         scaling = "-" if r["scaling"] is None else f"{r['scaling']:.2f}×"
         print(f"| {r['path']} | {r['shape']} | {f(r['one'])} | {f(r['one_cpu'])} | "
-              f"{f(r['many'])} | {scaling} | {f(r['projected'])} | {f(r['needed_base'])} / "
+              f"{f(r['many'])} | {f(r['many_cpu'])} | {scaling} | {f(r['projected'])} | "
+              f"{f(r['needed_base'])} / "
               f"{f(r['needed_mini'])} | {r['headroom_base']:,.1f}× / "
               f"{r['headroom_mini']:,.1f}× |")
 
