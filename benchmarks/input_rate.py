@@ -27,7 +27,8 @@ serial fraction s from the speedup S, s = (n/S - 1)/(n - 1), then 1 / (s + (1 - 
 one CPU measured (`--quick`, or one usable CPU), linear. The rates needed are what one H200
 consumes in pretraining at sequence 128 (base 3,300, mini 14,000 sequences/s); at 512 the same
 tokens/s (a quarter of the sequences: an upper bound, attention makes a 512 step dearer than
-four 128 steps).
+four 128 steps). "Cores needed" divides that by the 1-core rate: it does not lean on the
+projection.
 """
 
 import argparse
@@ -215,6 +216,7 @@ def table(results, n):
                 "many_cpu": many_cpu,
                 "scaling": many and many / one["rate"], "projected": projected,
                 **{f"needed_{c}": needed(c, seq) for c in NEEDED_128},
+                **{f"cores_for_{c}": needed(c, seq) / one["rate"] for c in NEEDED_128},
                 **{f"headroom_{c}": projected / needed(c, seq) for c in NEEDED_128}})
     return rows
 
@@ -224,14 +226,14 @@ def show(rows, n):
         return "-" if x is None else f"{x:,.0f}"
     print(f"\n| path | batch x seq | 1 core: seq/s | seq/CPU-s | {n} cores: seq/s | seq/CPU-s | "
           f"scaling 1→{n} | projected, {TARGET_CORES} cores | needed base / mini | "
-          f"headroom base / mini |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"cores needed base / mini | headroom base / mini |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         scaling = "-" if r["scaling"] is None else f"{r['scaling']:.2f}×"
         print(f"| {r['path']} | {r['shape']} | {f(r['one'])} | {f(r['one_cpu'])} | "
               f"{f(r['many'])} | {f(r['many_cpu'])} | {scaling} | {f(r['projected'])} | "
-              f"{f(r['needed_base'])} / "
-              f"{f(r['needed_mini'])} | {r['headroom_base']:,.1f}× / "
+              f"{f(r['needed_base'])} / {f(r['needed_mini'])} | {r['cores_for_base']:.2f} / "
+              f"{r['cores_for_mini']:.2f} | {r['headroom_base']:,.1f}× / "
               f"{r['headroom_mini']:,.1f}× |")
 
 

@@ -44,5 +44,6 @@ def test_quick_run_prints_every_path_and_shape(tmp_path, shared_data):
         assert r["one"] > 0 and r["one_cpu"] > 0 and r["many"] is None
         assert r["projected"] == pytest.approx(16 * r["one"])    # one core measured: linear
         assert r["headroom_mini"] == pytest.approx(r["projected"] / r["needed_mini"])
+        assert r["cores_for_base"] == pytest.approx(r["needed_base"] / r["one"])
     table = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 1 + len(rows) and "projected, 16 cores" in table[0]
