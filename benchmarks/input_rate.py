@@ -9,7 +9,9 @@ The paths, as `kbert pretrain` and `examples/pretrain_arrays.py` build them:
 - `static`: `kbert.data.inputs.pretraining_dataset` over TFRecord shards (masks written by
   `kbert create-pretraining-data`), seeded as `kbert pretrain` seeds it, then `targets_for`;
 - `dynamic`: the same with `DynamicMasking` (new masks drawn for every batch);
-- `arrays`: `examples/pretrain_arrays.batches`, NumPy arrays (the same shards read into memory).
+- `arrays`: `examples/pretrain_arrays.batches`, NumPy arrays (the same shards read into memory);
+- `text`: `kbert.data.text.text_pretraining_dataset`, straight from the text files (sentence
+  splitting, tokenization, pairs and masking in tf.data; `kbert pretrain --text`).
 
 The shards are written first by kbert's own `create_pretraining_data` from real text (not
 synthetic features), at sequence 128 / 20 predictions (batch 256) and 512 / 80 (batch 64). Each
@@ -44,7 +46,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus")
 VOCAB = os.path.join(ROOT, "saved_models", "minilm-l6-mlm-nsp", "vocab.txt")
-PATHS = ("static", "dynamic", "arrays")
+PATHS = ("static", "dynamic", "arrays", "text")
 SHAPES = ((128, 20, 256), (512, 80, 64))     # (max_seq_length, max_predictions_per_seq, batch)
 NEEDED_128 = {"base": 3300, "mini": 14000}   # sequences/s one H200 consumes at sequence 128
 TARGET_CORES = 16
@@ -122,6 +124,20 @@ def tf_batches(directory, batch_size, dynamic, vocab, cores):
     return ds.with_options(options).as_numpy_iterator()
 
 
+def text_batches(files, vocab, seq, preds, batch_size, cores):
+    """`kbert pretrain --text`'s stream (local; a shuffle buffer of 1,000 rows so that the
+    warm-up is short: the steady rate does not depend on it), its targets, as NumPy batches."""
+    import tensorflow as tf
+
+    from kbert.data import inputs, text
+    ds = text.text_pretraining_dataset(files, vocab, batch_size, seq, preds, seed=0,
+                                       shuffle_buffer=1000)
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = cores
+    options.threading.max_intra_op_parallelism = 1
+    return ds.map(inputs.targets_for("mlm_nsp")).with_options(options).as_numpy_iterator()
+
+
 def array_batches(directory, batch_size):
     """`examples/pretrain_arrays.py`'s generator over the shards' features read into memory."""
     import numpy as np
@@ -160,12 +176,14 @@ def child(args):
     vocab = read_vocab(args.vocab)
     files = corpus_files(args.sources, 4 if args.quick else None)
     dirs = write_shards(args.data, files, args.vocab, args.quick)
-    for seq, _, batch in SHAPES:
+    for seq, preds, batch in SHAPES:
         if args.quick:
             batch //= 4
         for path in args.paths:
             if path == "arrays":
                 batches = array_batches(dirs[seq], batch)
+            elif path == "text":
+                batches = text_batches(files, vocab, seq, preds, batch, args.cores)
             else:
                 batches = tf_batches(dirs[seq], batch, path == "dynamic", vocab, args.cores)
             wall, cpu = rate(batches, batch, args.seconds)

@@ -39,7 +39,7 @@ def test_quick_run_prints_every_path_and_shape(tmp_path, shared_data):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())
     assert [(r["path"], r["shape"].split(",")[0]) for r in rows] == [
-        (p, s) for s in ("64x128", "16x512") for p in ("static", "dynamic", "arrays")]
+        (p, s) for s in ("64x128", "16x512") for p in ("static", "dynamic", "arrays", "text")]
     for r in rows:
         assert r["one"] > 0 and r["one_cpu"] > 0 and r["many"] is None
         assert r["projected"] == pytest.approx(16 * r["one"])    # one core measured: linear
