@@ -129,6 +129,19 @@ def split(arrays):
     return x, y, w
 
 
+def batches(arrays, batch_size, seed):
+    """Endless (x, y, sample_weight) batches of `arrays` for `fit`, reshuffled every pass (one
+    fancy index per array and batch)."""
+    x, y, w = split(arrays)
+    n = len(arrays["input_ids"])
+    rng = np.random.default_rng(seed)
+    while True:
+        order = rng.permutation(n)
+        for s in range(0, n - batch_size + 1, batch_size):
+            idx = order[s:s + batch_size]
+            yield tuple({k: v[idx] for k, v in part.items()} for part in (x, y, w))
+
+
 def evaluate(model, arrays, batch_size=256):
     """Held-out MLM and NSP accuracy, counted exactly (every real prediction once)."""
     correct = total = nsp = 0
@@ -173,15 +186,6 @@ def train(args):
     heldout = dict(np.load(args.eval)) if args.eval else None
     if heldout:
         print("held-out before:", json.dumps(evaluate(model, heldout)), flush=True)
-    x, y, w = split(arrays)
-
-    def batches():
-        rng = np.random.default_rng(args.seed)
-        while True:
-            order = rng.permutation(n)
-            for s in range(0, n - args.batch_size + 1, args.batch_size):
-                idx = order[s:s + args.batch_size]
-                yield tuple({k: v[idx] for k, v in part.items()} for part in (x, y, w))
 
     class Deadline(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -190,7 +194,7 @@ def train(args):
                 self.model.stop_training = True
 
     epoch_steps = args.log_every
-    history = model.fit(batches(), steps_per_epoch=epoch_steps,
+    history = model.fit(batches(arrays, args.batch_size, args.seed), steps_per_epoch=epoch_steps,
                         epochs=-(-args.steps // epoch_steps),
                         callbacks=[TrainingMetrics(args.batch_size), StopAfter(args.steps),
                                    Deadline()], verbose=2)

@@ -196,6 +196,28 @@ def test_dynamic_masking(corpus, tmp_path, capsys):
         not np.array_equal(other["input_ids"], first["input_ids"])
 
 
+def test_dynamic_masking_skips_every_special_id():
+    """[unused*] and the other bracketed tokens are never chosen (looked up by id in a table):
+    each row predicts min(P, max(1, round(0.15 n))) of its n real, non-special tokens."""
+    vocab = tiny_vocab(size=200)                             # ids 70..199 are [unusedN]
+    special = np.array([t.startswith("[") and t.endswith("]") for t in vocab])
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, len(vocab), (32, 48))
+    lengths = rng.integers(6, 49, 32)
+    mask = (np.arange(48)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = np.where(mask > 0, ids, 0)
+    features = {"input_ids": tf.constant(ids, tf.int32), "input_mask": tf.constant(mask, tf.int32)}
+    out = DynamicMasking(vocab, 8)(features, tf.constant([3, 4], tf.int64))
+    positions, weights = out["masked_lm_positions"].numpy(), out["masked_lm_weights"].numpy()
+    n = ((mask > 0) & ~special[ids]).sum(1)
+    np.testing.assert_array_equal(weights.sum(1), np.minimum(
+        np.minimum(8, np.maximum(1, np.round(n * 0.15))), n))
+    chosen = np.take_along_axis(ids, positions, 1)[weights > 0]
+    assert not special[chosen].any() and (positions[weights > 0] < lengths.repeat(
+        (weights > 0).sum(1))).all()
+    np.testing.assert_array_equal(out["masked_lm_ids"].numpy()[weights > 0], chosen)
+
+
 def test_statistics_on_the_real_corpus(shared_data, tmp_path):
     """The brown corpus (500 documents), seed 1: measured 13,586 instances, 15.18% masked,
     80.0/10.0/10.0, NotNext 50.2% (full corpus, dupe 1: 46,369 instances)."""
