@@ -193,9 +193,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
         use_dropout = training and self.attention_dropout_rate > 0
         mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
         if not (return_attention or use_dropout):
-            # JAX on a GPU would try cuDNN's fused kernel first, which rejects a [B, 1, 1, T]
-            # padding mask (logging a traceback per trace) before falling back to XLA's.
-            flash = False if keras.backend.backend() == "jax" else None
+            # The mask rules out flash attention. JAX on a GPU would try cuDNN's fused kernel
+            # first, which rejects it (logging a traceback per trace) before falling back to
+            # XLA's; Keras' torch probe for it stops `torch.compile`'s graph at every layer
+            # (PyTorch still picks its fastest kernel that takes a mask).
+            flash = False if keras.backend.backend() in ("jax", "torch") else None
             context = ops.dot_product_attention(q, k, v, mask=mask, flash_attention=flash,
                                                 scale=self.head_size ** -0.5)  # [B, T, N, D]
             return ops.reshape(context, (batch, seq_len, self.hidden_size)), None

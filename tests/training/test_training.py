@@ -361,6 +361,17 @@ def test_jax_data_parallel_on_two_devices_matches_one_device(tmp_path):
 
 
 # --- resume --------------------------------------------------------------------------------------
+def test_torch_compile_trains_like_eager(tmp_path):
+    """`jit_compile=True` on PyTorch (`torch.compile` of the whole step, optimizer included)."""
+    data, vocab, config = _setup(tmp_path)
+    eager, compiled = _run(tmp_path, "", env={"KERAS_BACKEND": "torch"}, data=data, vocab=vocab,
+                           config=config, steps=3,
+                           runs=[{"jit_compile": False, "output": str(tmp_path / "eager")},
+                                 {"jit_compile": True, "output": str(tmp_path / "compiled")}])
+    np.testing.assert_allclose(compiled["loss"], eager["loss"], rtol=1e-5)
+    assert _max_diff(eager["output"], compiled["output"]) < 1e-5
+
+
 def test_sigkilled_run_resumes_to_the_same_weights(tmp_path):
     data, vocab, config = _setup(tmp_path, dropout=0.1)
     killed = _run(tmp_path, "resumed", wait=False, data=data, vocab=vocab, config=config,
