@@ -361,15 +361,23 @@ def test_jax_data_parallel_on_two_devices_matches_one_device(tmp_path):
 
 
 # --- resume --------------------------------------------------------------------------------------
-def test_torch_compile_trains_like_eager(tmp_path):
+@pytest.mark.multibackend
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch.compile is PyTorch's")
+def test_torch_compile_pretrains_like_eager(tmp_path):
     """`jit_compile=True` on PyTorch (`torch.compile` of the whole step, optimizer included)."""
+    from kbert import training
+    from kbert.training.loop import jit_compile_setting
+    assert jit_compile_setting("auto") is False          # a CPU: eager
     data, vocab, config = _setup(tmp_path)
-    eager, compiled = _run(tmp_path, "", env={"KERAS_BACKEND": "torch"}, data=data, vocab=vocab,
-                           config=config, steps=3,
-                           runs=[{"jit_compile": False, "output": str(tmp_path / "eager")},
-                                 {"jit_compile": True, "output": str(tmp_path / "compiled")}])
-    np.testing.assert_allclose(compiled["loss"], eager["loss"], rtol=1e-5)
-    assert _max_diff(eager["output"], compiled["output"]) < 1e-5
+    results = [training.pretrain(data, str(tmp_path / str(jit)), config=config, vocab=vocab,
+                                 batch_size=8, steps=3, warmup_steps=1, learning_rate=1e-3,
+                                 checkpoint_every=1, jit_compile=jit, verbose=0, seed=1,
+                                 shuffle_buffer=16)
+               for jit in (False, True)]
+    eager, compiled = (r.history["loss"] for r in results)
+    assert len(eager) == 3
+    np.testing.assert_allclose(compiled, eager, rtol=1e-5)
+    assert _max_diff(results[0].output, results[1].output) < 1e-5
 
 
 def test_sigkilled_run_resumes_to_the_same_weights(tmp_path):
