@@ -236,8 +236,12 @@ def test_no_string_matching_after_the_optimizer_is_built(monkeypatch):
     y = {"mlm_logits": rng.integers(5, VOCAB_SIZE, (2, 2)).astype("int32"),
          "nsp_logits": np.array([0, 1], "int32")}
 
-    def no_search(*args, **kwargs):
-        raise AssertionError("re.search in a training step")
+    search = re.search
+
+    def no_search(*args, **kwargs):     # TensorFlow's own tracing matches names: not refused
+        if sys._getframe(1).f_code.co_filename.endswith("base_optimizer.py"):
+            raise AssertionError("the optimizer matched a name in a training step")
+        return search(*args, **kwargs)
     monkeypatch.setattr(re, "search", no_search)
     model.train_on_batch(x, y)
     model.train_on_batch(x, y)
