@@ -23,7 +23,8 @@ from keras import ops
 #   own decision (a regular expression on the name), taken once per variable at `build` and
 #   looked up at every step after, so no step matches strings (TorchDynamo cannot trace `re`);
 # - `_backend_update_step` (`AdamW`, torch): where Keras' torch optimizers update all variables
-#   at once;
+#   at once; `clipnorm` (`_ClipAcrossReplicas`): per-gradient clipping, which Keras prefers to
+#   the global norm when both are set;
 # - `_iterations` (`batches_seen`): the batch counter; the public `iterations` counts updates,
 #   which under gradient accumulation is batches // accumulation steps.
 
@@ -84,7 +85,23 @@ class _ClipAcrossReplicas:
                 grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
                 grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
                 return [g / replicas for g in grads]
+        if (keras.backend.backend() == "torch" and self.global_clipnorm and not self.clipnorm
+                and all(g is not None for g in grads)):
+            return _torch_clip_by_global_norm(grads, self.global_clipnorm)
         return super()._clip_gradients(grads)
+
+
+def _torch_clip_by_global_norm(grads, clip_norm):
+    """Keras' global-norm clipping (`clip_by_global_norm` in keras/src/optimizers/
+    base_optimizer.py) in `torch._foreach_*` ops: one norm and one scaling over all gradients
+    instead of three ops per gradient. A non-finite norm makes every gradient NaN, as there.
+    Twin: Keras' `clip_by_global_norm`; a test holds them equal.
+    """
+    import torch
+    norms = [n.float() for n in torch._foreach_norm(grads)]
+    norm = torch.linalg.vector_norm(torch.stack(norms))
+    scale = clip_norm / torch.clamp(norm, min=clip_norm) + (norm - norm)
+    return torch._foreach_mul(grads, scale)
 
 
 class _DecayDecidedOnce:

@@ -223,6 +223,25 @@ def test_all_at_once_update_equals_the_per_variable_one():
 
 
 @pytest.mark.multibackend
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the torch twin")
+def test_torch_global_norm_clipping_equals_keras():
+    from keras.src.optimizers.base_optimizer import clip_by_global_norm
+
+    from kbert.optimization import _torch_clip_by_global_norm
+    rng = np.random.default_rng(0)
+    for scale in (1e-3, 1.0, 100.0):                       # below, about, far above the norm 1
+        grads = [keras.ops.convert_to_tensor((rng.normal(size=s) * scale).astype("float32"))
+                 for s in [(8, 4), (4,), (16, 8)]]
+        for ours, theirs in zip(_torch_clip_by_global_norm(grads, 1.0),
+                                clip_by_global_norm(grads, 1.0)):
+            np.testing.assert_allclose(keras.ops.convert_to_numpy(ours),
+                                       keras.ops.convert_to_numpy(theirs), rtol=1e-6, atol=1e-9)
+    grads[0][0, 0] = float("inf")
+    assert all(np.isnan(keras.ops.convert_to_numpy(g)).all()
+               for g in _torch_clip_by_global_norm(grads, 1.0))
+
+
+@pytest.mark.multibackend
 def test_no_string_matching_after_the_optimizer_is_built(monkeypatch):
     """Which variables decay is decided at `build`; the steps, the first one included (the one
     `torch.compile` traces), only look it up."""
