@@ -197,7 +197,8 @@ def _add_pretrain(sub):
     p.add_argument("--optimizer", default="adamw", choices=("adamw", "lamb"))
     p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"))
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
-                   help="XLA compilation of the train step")
+                   help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
+                        "PyTorch (auto: on a GPU, and always on JAX)")
     p.add_argument("--checkpoint-every", type=int, default=1000, help="updates between backups")
     p.add_argument("--accumulate", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--dynamic-masking", action="store_true", help="new masks for every batch")
@@ -304,7 +305,8 @@ def _add_finetune(sub):
                    help="shuffle freely instead of grouping similar lengths into a batch "
                         "(each batch is still padded to its longest row)")
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
-                   help="XLA compilation of the train step")
+                   help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
+                        "PyTorch (auto: XLA on a TensorFlow GPU and on JAX; PyTorch eager)")
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
     _add_columns(p)
     p.set_defaults(func=_run_finetune)

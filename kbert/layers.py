@@ -285,27 +285,32 @@ class TransformerEncoderBlock(keras.layers.Layer):
             mask, seq_len = mask[:, :, :1], 1                                  # [B, 1, 1, T]
         use_dropout = training and self.attention_dropout_rate > 0
         if not (return_attention or use_dropout):
-            q, k, v = qkv[:, :seq_len, 0], qkv[:, :, 1], qkv[:, :, 2]       # [B, T, N, D]
+            q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]              # [B, T, N, D]
+            q = q[:, :1] if first_token_only else q
             scale = self.head_size ** -0.5
             context = None
             if keras.backend.backend() != "jax":
                 # PyTorch's scaled_dot_product_attention: half the explicit path's time on a
-                # CPU; TensorFlow's is the same einsums as the explicit path.
-                context = ops.dot_product_attention(q, k, v, mask=mask, scale=scale)
+                # CPU; TensorFlow's is the same einsums as the explicit path. The mask rules
+                # flash attention out; Keras' torch probe for it would stop `torch.compile`'s
+                # graph at every layer (PyTorch still picks its fastest kernel with a mask).
+                context = ops.dot_product_attention(q, k, v, mask=mask, scale=scale,
+                                                    flash_attention=False)
             elif _jax_fused(q):
                 context = _jax_fused_attention(q, k, v, input_mask, self.causal, scale)
             if context is not None:
                 return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
-        return self._explicit_attention(qkv, mask, training, return_attention, seq_len)
+        return self._explicit_attention(qkv, mask, training, return_attention, first_token_only)
 
-    def _explicit_attention(self, qkv, mask, training, return_attention, seq_len):
+    def _explicit_attention(self, qkv, mask, training, return_attention, first_token_only):
         """softmax(Q·Kᵀ/√D + mask)·V with heads leading, the softmax normalised after the
         product with V (a division of [B, N, T, D], not of the [B, N, T, T] probabilities;
         dropout of the unnormalised weights is the same as of the probabilities). On XLA's CPU
         runtime this is 0.7x the time of `jax.nn.dot_product_attention` (32 x 144 tokens)."""
-        batch = ops.shape(qkv)[0]
         qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))                          # [3, B, N, T, D]
-        q, k, v = qkv[0][:, :, :seq_len], qkv[1], qkv[2]
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        q = q[:, :, :1] if first_token_only else q
+        batch, seq_len = ops.shape(q)[0], ops.shape(q)[2]
         q = q * ops.cast(self.head_size ** -0.5, q.dtype)
         scores = ops.einsum("bntd,bnsd->bnts", q, k)                           # [B, N, T, T]
         weights, total = masked_exp(scores, mask)

@@ -19,7 +19,12 @@ from keras import ops
 # - `_momentums`, `_velocities`, `_get_variable_index` (`AdamW.update_step`): Adam's slots, read
 #   as `keras.optimizers.Adam.update_step` itself reads them (new slots would double the memory
 #   and change what a backup holds);
-# - `_use_weight_decay` (`decayed_variables`): Keras' own decision, shown rather than re-derived;
+# - `_use_weight_decay`, `_trainable_variables_indices`, `_var_key` (`_DecayDecidedOnce`): Keras'
+#   own decision (a regular expression on the name), taken once per variable at `build` and
+#   looked up at every step after, so no step matches strings (TorchDynamo cannot trace `re`);
+# - `_backend_update_step` (`AdamW`, torch): where Keras' torch optimizers update all variables
+#   at once; `clipnorm` (`_ClipAcrossReplicas`): per-gradient clipping, which Keras prefers to
+#   the global norm when both are set;
 # - `_iterations` (`batches_seen`): the batch counter; the public `iterations` counts updates,
 #   which under gradient accumulation is batches // accumulation steps.
 
@@ -80,11 +85,46 @@ class _ClipAcrossReplicas:
                 grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
                 grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
                 return [g / replicas for g in grads]
+        if (keras.backend.backend() == "torch" and self.global_clipnorm and not self.clipnorm
+                and all(g is not None for g in grads)):
+            return _torch_clip_by_global_norm(grads, self.global_clipnorm)
         return super()._clip_gradients(grads)
 
 
+def _torch_clip_by_global_norm(grads, clip_norm):
+    """Keras' global-norm clipping (`clip_by_global_norm` in keras/src/optimizers/
+    base_optimizer.py) in `torch._foreach_*` ops: one norm and one scaling over all gradients
+    instead of three ops per gradient. A non-finite norm makes every gradient NaN, as there.
+    Twin: Keras' `clip_by_global_norm`; a test holds them equal.
+    """
+    import torch
+    norms = [n.float() for n in torch._foreach_norm(grads)]
+    norm = torch.linalg.vector_norm(torch.stack(norms))
+    scale = clip_norm / torch.clamp(norm, min=clip_norm) + (norm - norm)
+    return torch._foreach_mul(grads, scale)
+
+
+class _DecayDecidedOnce:
+    """Decides which variables get weight decay once, when the optimizer is built, and only
+    looks the decision up at each step: Keras matches its exclusion pattern against the name of
+    every variable at every step (`_use_weight_decay`), which `torch.compile` cannot trace."""
+
+    def build(self, variables):
+        super().build(variables)
+        self._decays = tuple(super(_DecayDecidedOnce, self)._use_weight_decay(v)
+                             for v in variables)
+
+    def _use_weight_decay(self, variable):
+        decays = getattr(self, "_decays", None)
+        index = (self._trainable_variables_indices.get(self._var_key(variable))
+                 if decays is not None else None)
+        if index is None:           # not built yet, or not one of this optimizer's variables
+            return super()._use_weight_decay(variable)
+        return decays[index]
+
+
 @keras.saving.register_keras_serializable(package="kbert")
-class AdamW(_ClipAcrossReplicas, keras.optimizers.AdamW):
+class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` with Adam's update as written in Algorithm 1 of Kingma & Ba
     (and in PyTorch, so HF transformers), and global-norm clipping that is the same on any
     number of devices.
@@ -105,6 +145,7 @@ class AdamW(_ClipAcrossReplicas, keras.optimizers.AdamW):
     """
 
     def update_step(self, gradient, variable, learning_rate):
+        # Twin: `_torch_adam_update` (all variables at once on torch); a test holds them equal.
         if self.amsgrad:
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
@@ -122,9 +163,43 @@ class AdamW(_ClipAcrossReplicas, keras.optimizers.AdamW):
         self.assign_sub(variable, ops.divide(ops.multiply(m_hat, lr),
                                              ops.add(ops.sqrt(v_hat), self.epsilon)))
 
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if keras.backend.backend() == "torch" and not self.amsgrad:
+            _torch_adam_update(self, grads, trainable_variables, learning_rate)
+        else:
+            super()._backend_update_step(grads, trainable_variables, learning_rate)
+
+
+def _torch_adam_update(optimizer, grads, variables, learning_rate):
+    """`AdamW.update_step` for all variables at once, in `torch._foreach_*` ops (as
+    `torch.optim.AdamW(foreach=True)` does): a handful of kernel launches per step instead of
+    about ten per variable. The weight decay is not here: Keras' torch optimizer applies it to
+    the decayed variables, all at once too, before this update.
+    Twin: `AdamW.update_step`; a test holds them equal.
+    """
+    import torch
+    o = optimizer
+    params = [v.value for v in variables]
+    indices = [o._get_variable_index(v) for v in variables]
+    m = [o._momentums[i].value for i in indices]
+    v = [o._velocities[i].value for i in indices]
+    grads = [g.to(p.dtype) for g, p in zip(grads, params)]
+    step = ops.cast(o.iterations + 1, "float32")
+    step_size = ops.cast(learning_rate, "float32") / (1 - o.beta_1 ** step)   # lr / (1 − β1^t)
+    bias_2 = 1 - o.beta_2 ** step
+    with torch.no_grad():
+        torch._foreach_lerp_(m, grads, 1 - o.beta_1)           # m += (g − m)(1 − β1)
+        torch._foreach_lerp_(v, torch._foreach_mul(grads, grads), 1 - o.beta_2)
+        denominator = torch._foreach_div(v, bias_2)            # v̂
+        torch._foreach_sqrt_(denominator)
+        torch._foreach_add_(denominator, o.epsilon)            # √v̂ + ε
+        update = torch._foreach_div(m, denominator)
+        torch._foreach_mul_(update, step_size)                 # lr·m̂ / (√v̂ + ε)
+        torch._foreach_sub_(params, update)
+
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Lamb(_ClipAcrossReplicas, keras.optimizers.Lamb):
+class Lamb(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.Lamb):
     """`keras.optimizers.Lamb` whose global-norm clipping is the same on any number of devices."""
 
 

@@ -202,6 +202,8 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
             a killed run started again with the same arguments resumes from the last one, a
             run with other settings is refused, and a finished run removes its backups.
         dynamic_masking: re-draw the masks of every batch (RoBERTa) instead of the stored ones.
+        jit_compile: compile the step (XLA, or `torch.compile` on PyTorch); "auto": see
+            `jit_compile_setting`.
         objective: "mlm_nsp" (the paper's), or the section 5.1 ablations on the same shards:
             "mlm" (no NSP head or loss), "ltr" (a left-to-right LM on a causal encoder,
             next-token loss at every position, no NSP).
@@ -340,9 +342,21 @@ def build_model_and_optimizer(settings, dist, shapes):
         model.compile(create_optimizer(s.optimizer, s.learning_rate, s.steps, s.warmup_steps,
                                        s.weight_decay, gradient_accumulation_steps=s.accumulate,
                                        loss_scale=s.mixed_precision == "mixed_float16"),
-                      jit_compile=s.jit_compile)
+                      jit_compile=jit_compile_setting(s.jit_compile))
         model.optimizer.build(model.trainable_variables)
     return model, vocab, do_lower_case
+
+
+def jit_compile_setting(jit_compile):
+    """`jit_compile` for the pretraining step. "auto" is Keras' choice (XLA on a TensorFlow GPU,
+    always on JAX), except on PyTorch, where Keras never compiles: there a GPU compiles the step
+    (`torch.compile`, the optimizer included), as a long run on fixed shapes pays back minutes of
+    compiling, and the eager step is bound by launching many small kernels; a CPU stays eager (a
+    compile costs minutes on CPU for a step that gains little from it)."""
+    if jit_compile == "auto" and keras.backend.backend() == "torch":
+        import torch
+        return torch.cuda.is_available()
+    return jit_compile
 
 
 def _backup_dir(settings, dist):

@@ -75,6 +75,24 @@ def test_finetuning_learns_a_keyword_task(tiny_init, keyword_files, keyword_mode
     assert os.path.isfile(os.path.join(out, "MODEL_CARD.md"))
 
 
+@pytest.mark.multibackend
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch.compile is PyTorch's")
+def test_torch_compile_fine_tunes_like_eager(keyword_files, tmp_path):
+    """`jit_compile=True` on PyTorch (`torch.compile` of the whole step, optimizer included)."""
+    init = str(tmp_path / "init")
+    config = kbert.BertConfig.preset("tiny", vocab_size=len(tiny_vocab()), num_layers=1,
+                                     dropout=0.0, attention_dropout=0.0)
+    checkpoint.save(init, kbert.BertBackbone(config), vocab=tiny_vocab())
+    results = [finetune.finetune("sst2", init, *keyword_files, str(tmp_path / str(jit)),
+                                 epochs=1, learning_rate=1e-3, batch_size=8, verbose=False,
+                                 max_seq_length=16, max_train_examples=24, bucketing=False,
+                                 jit_compile=jit)
+               for jit in (False, True)]
+    eager, compiled = ([h["loss"] for h in r.history] for r in results)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-5)
+    assert results[1].best_scores == results[0].best_scores
+
+
 def test_keep_best_saves_only_improving_epochs():
     scores = iter([{"f1": 60.0}, {"f1": 80.0}, {"f1": 70.0}])
     saved = []

@@ -13,7 +13,13 @@ import pytest
 
 from helpers import tiny_vocab, write_vocab
 from kbert import BertConfig, BertPretrainer
-from kbert.optimization import WarmupLinearDecay, create_optimizer, decayed_variables
+from kbert.optimization import (
+    NO_WEIGHT_DECAY,
+    AdamW,
+    WarmupLinearDecay,
+    create_optimizer,
+    decayed_variables,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VOCAB_SIZE = 100
@@ -156,7 +162,6 @@ def test_no_weight_decay_on_layer_norm_and_bias():
 def test_adamw_steps_like_torch_adamw():
     """ε on the bias-corrected √v̂ (Adam's Algorithm 1, PyTorch, HF), not Keras' ε before it."""
     torch = pytest.importorskip("torch")
-    from kbert.optimization import AdamW
     rng = np.random.default_rng(0)
     start = rng.normal(size=(4, 3)).astype("float32")
     # Gradients from 1e-7 to 1: the small ones are where the two ε placements differ.
@@ -177,6 +182,91 @@ def test_adamw_steps_like_torch_adamw():
     for g in grads:
         plain.apply([keras.ops.convert_to_tensor(g)], [keras_form])
     assert np.abs(keras.ops.convert_to_numpy(keras_form) - t.detach().numpy()).max() > 1e-3
+
+
+class _PortableAdamW(AdamW):
+    """The per-variable `AdamW.update_step`, on every backend (torch otherwise updates all
+    variables at once in `_torch_adam_update`)."""
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        for grad, variable in zip(grads, trainable_variables):
+            self.update_step(grad, variable, learning_rate)
+
+
+def _toy_variables(start):
+    return [keras.Variable(v, name=n) for n, v in start.items()]
+
+
+@pytest.mark.multibackend
+def test_all_at_once_update_equals_the_per_variable_one():
+    """Torch's `_torch_adam_update` against its twin `AdamW.update_step`: same variables after
+    steps with warmup, decay on the matrices only and clipping (elsewhere both are the same)."""
+    rng = np.random.default_rng(0)
+    start = {"kernel": rng.normal(size=(8, 4)), "bias": rng.normal(size=4),
+             "gamma": 1 + rng.normal(size=4) * 0.1, "embeddings": rng.normal(size=(16, 8))}
+    start = {k: v.astype("float32") for k, v in start.items()}
+    results = []
+    for cls in (AdamW, _PortableAdamW):
+        variables = _toy_variables(start)
+        optimizer = cls(learning_rate=WarmupLinearDecay(1e-2, total_steps=10, warmup_steps=2),
+                        weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
+        optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
+        grads_rng = np.random.default_rng(1)
+        for step in range(5):          # gradients from 1e-6 to 10: some steps are clipped
+            grads = [(grads_rng.normal(size=v.shape) * 10.0 ** grads_rng.integers(-6, 2))
+                     .astype("float32") for v in variables]
+            optimizer.apply([keras.ops.convert_to_tensor(g) for g in grads], variables)
+        results.append([keras.ops.convert_to_numpy(v) for v in variables])
+    for name, ours, portable in zip(start, *results):
+        np.testing.assert_allclose(ours, portable, rtol=1e-6, atol=1e-6, err_msg=name)
+        assert np.abs(ours - start[name]).max() > 1e-3, name      # the steps did move it
+
+
+@pytest.mark.multibackend
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the torch twin")
+def test_torch_global_norm_clipping_equals_keras():
+    from keras.src.optimizers.base_optimizer import clip_by_global_norm
+
+    from kbert.optimization import _torch_clip_by_global_norm
+    rng = np.random.default_rng(0)
+    for scale in (1e-3, 1.0, 100.0):                       # below, about, far above the norm 1
+        grads = [keras.ops.convert_to_tensor((rng.normal(size=s) * scale).astype("float32"))
+                 for s in [(8, 4), (4,), (16, 8)]]
+        for ours, theirs in zip(_torch_clip_by_global_norm(grads, 1.0),
+                                clip_by_global_norm(grads, 1.0)):
+            np.testing.assert_allclose(keras.ops.convert_to_numpy(ours),
+                                       keras.ops.convert_to_numpy(theirs), rtol=1e-6, atol=1e-9)
+    grads[0][0, 0] = float("inf")
+    assert all(np.isnan(keras.ops.convert_to_numpy(g)).all()
+               for g in _torch_clip_by_global_norm(grads, 1.0))
+
+
+@pytest.mark.multibackend
+def test_no_string_matching_after_the_optimizer_is_built(monkeypatch):
+    """Which variables decay is decided at `build`; the steps, the first one included (the one
+    `torch.compile` traces), only look it up."""
+    import re
+    model = BertPretrainer(BertConfig.preset("tiny", vocab_size=VOCAB_SIZE, num_layers=1))
+    model.compile(create_optimizer(learning_rate=1e-3, total_steps=10, warmup_steps=0))
+    model.optimizer.build(model.trainable_variables)
+    rng = np.random.default_rng(0)
+    x = {"input_ids": rng.integers(5, VOCAB_SIZE, (2, 8)).astype("int32"),
+         "masked_lm_positions": np.array([[1, 2], [3, 4]], "int32")}
+    y = {"mlm_logits": rng.integers(5, VOCAB_SIZE, (2, 2)).astype("int32"),
+         "nsp_logits": np.array([0, 1], "int32")}
+
+    search = re.search
+
+    def no_search(*args, **kwargs):     # TensorFlow's own tracing matches names: not refused
+        if sys._getframe(1).f_code.co_filename.endswith("base_optimizer.py"):
+            raise AssertionError("the optimizer matched a name in a training step")
+        return search(*args, **kwargs)
+    monkeypatch.setattr(re, "search", no_search)
+    model.train_on_batch(x, y)
+    model.train_on_batch(x, y)
+    monkeypatch.undo()
+    decayed = decayed_variables(model.optimizer, model.trainable_variables)
+    assert decayed and all(not p.endswith(("gamma", "beta", "bias")) for p in decayed)
 
 
 def test_lamb_and_accumulation_options():
@@ -294,6 +384,25 @@ def test_jax_data_parallel_on_two_devices_matches_one_device(tmp_path):
 
 
 # --- resume --------------------------------------------------------------------------------------
+@pytest.mark.multibackend
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch.compile is PyTorch's")
+def test_torch_compile_pretrains_like_eager(tmp_path):
+    """`jit_compile=True` on PyTorch (`torch.compile` of the whole step, optimizer included)."""
+    from kbert import training
+    from kbert.training.loop import jit_compile_setting
+    assert jit_compile_setting("auto") is False          # a CPU: eager
+    data, vocab, config = _setup(tmp_path)
+    results = [training.pretrain(data, str(tmp_path / str(jit)), config=config, vocab=vocab,
+                                 batch_size=8, steps=3, warmup_steps=1, learning_rate=1e-3,
+                                 checkpoint_every=1, jit_compile=jit, verbose=0, seed=1,
+                                 shuffle_buffer=16)
+               for jit in (False, True)]
+    eager, compiled = (r.history["loss"] for r in results)
+    assert len(eager) == 3
+    np.testing.assert_allclose(compiled, eager, rtol=1e-5)
+    assert _max_diff(results[0].output, results[1].output) < 1e-5
+
+
 def test_sigkilled_run_resumes_to_the_same_weights(tmp_path):
     data, vocab, config = _setup(tmp_path, dropout=0.1)
     killed = _run(tmp_path, "resumed", wait=False, data=data, vocab=vocab, config=config,
