@@ -115,7 +115,7 @@ def fitted(tiny_init, tmp_path_factory):
     train = _reviews(48, 0)
     clf = kbert.BertClassifier.from_checkpoint(tiny_init, labels=["fast", "neg", "pos"])
     clf.compile(learning_rate=2e-3, warmup=0.0, **JIT)
-    history = clf.fit([t for t, _ in train], [y for _, y in train], batch_size=8, epochs=4,
+    history = clf.fit([t for t, _ in train], [y for _, y in train], batch_size=8, epochs=6,
                       verbose=0).history
     return clf, history, clf.save_checkpoint(str(tmp_path_factory.mktemp("fitted") / "clf"))
 
