@@ -117,7 +117,8 @@ def _jax_attention_implementation(q):
 
 
 def _jax_fused(q):
-    """Whether attention on JAX is `_jax_fused_attention`: where cuDNN's kernel takes `q`. On
+    """Whether attention on JAX is `_jax_fused_attention`: where cuDNN's kernel takes `q` (or
+    anything with its dtype and head size last, as the [B, T, 3, N, D] projection). On
     XLA's CPU runtime `jax.nn.dot_product_attention` takes 1.4x the explicit path's time."""
     return _jax_attention_implementation(q) == "cudnn"
 
@@ -284,23 +285,23 @@ class TransformerEncoderBlock(keras.layers.Layer):
         if first_token_only:
             mask, seq_len = mask[:, :, :1], 1                                  # [B, 1, 1, T]
         use_dropout = training and self.attention_dropout_rate > 0
-        if not (return_attention or use_dropout):
-            q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]              # [B, T, N, D]
-            q = q[:, :1] if first_token_only else q
-            scale = self.head_size ** -0.5
-            context = None
-            if keras.backend.backend() != "jax":
-                # PyTorch's scaled_dot_product_attention: half the explicit path's time on a
-                # CPU; TensorFlow's is the same einsums as the explicit path. The mask rules
-                # flash attention out; Keras' torch probe for it would stop `torch.compile`'s
-                # graph at every layer (PyTorch still picks its fastest kernel with a mask).
-                context = ops.dot_product_attention(q, k, v, mask=mask, scale=scale,
-                                                    flash_attention=False)
-            elif _jax_fused(q):
-                context = _jax_fused_attention(q, k, v, input_mask, self.causal, scale)
-            if context is not None:
-                return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
-        return self._explicit_attention(qkv, mask, training, return_attention, first_token_only)
+        jax = keras.backend.backend() == "jax"
+        if return_attention or use_dropout or (jax and not _jax_fused(qkv)):
+            return self._explicit_attention(qkv, mask, training, return_attention,
+                                            first_token_only)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]                  # [B, T, N, D]
+        q = q[:, :1] if first_token_only else q
+        scale = self.head_size ** -0.5
+        if jax:
+            context = _jax_fused_attention(q, k, v, input_mask, self.causal, scale)
+        else:
+            # PyTorch's scaled_dot_product_attention: half the explicit path's time on a CPU;
+            # TensorFlow's is the same einsums as the explicit path. The mask rules flash
+            # attention out; Keras' torch probe for it would stop `torch.compile`'s graph at
+            # every layer (PyTorch still picks its fastest kernel with a mask).
+            context = ops.dot_product_attention(q, k, v, mask=mask, scale=scale,
+                                                flash_attention=False)
+        return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
 
     def _explicit_attention(self, qkv, mask, training, return_attention, first_token_only):
         """softmax(Q·Kᵀ/√D + mask)·V with heads leading, the softmax normalised after the

@@ -107,13 +107,11 @@ class BertBackbone(keras.Model):
         first_only = pooled_only and not self.config.causal
         last = len(self.encoder_layers) - 1
         for i, layer in enumerate(self.encoder_layers):
+            x = layer(x, input_mask, training=training, return_attention=output_attentions,
+                      first_token_only=first_only and i == last)
             if output_attentions:
-                x, probs = layer(x, input_mask, training=training, return_attention=True,
-                                 first_token_only=first_only and i == last)
+                x, probs = x
                 attentions.append(probs)
-            else:
-                x = layer(x, input_mask, training=training,
-                          first_token_only=first_only and i == last)
             hidden_states.append(x)
         # A causal encoder pools its last real token, the one that has seen the whole input.
         pooled = self.pooler(x, input_mask if self.config.causal else None)

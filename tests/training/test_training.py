@@ -329,7 +329,7 @@ def test_two_phases_with_dynamic_masking_lamb_accumulation_and_bfloat16(tmp_path
     assert len(ckpt.fill_mask("the [MASK] sat on the mat", top_k=2)[0]) == 2
 
 
-# --- strategies agree with one device ------------------------------------------------------------
+# --- strategies and torch.compile agree with one eager device ------------------------------------
 @pytest.fixture(scope="module")
 def mirrored(tmp_path_factory):
     """One child process with two logical CPUs: a one-device run, then a mirrored run."""
@@ -383,7 +383,6 @@ def test_jax_data_parallel_on_two_devices_matches_one_device(tmp_path):
     assert _max_diff(one["output"], two["output"]) < 1e-5
 
 
-# --- resume --------------------------------------------------------------------------------------
 @pytest.mark.multibackend
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch.compile is PyTorch's")
 def test_torch_compile_pretrains_like_eager(tmp_path):
@@ -403,6 +402,7 @@ def test_torch_compile_pretrains_like_eager(tmp_path):
     assert _max_diff(results[0].output, results[1].output) < 1e-5
 
 
+# --- resume --------------------------------------------------------------------------------------
 def test_sigkilled_run_resumes_to_the_same_weights(tmp_path):
     data, vocab, config = _setup(tmp_path, dropout=0.1)
     killed = _run(tmp_path, "resumed", wait=False, data=data, vocab=vocab, config=config,
