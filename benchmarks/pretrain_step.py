@@ -14,6 +14,8 @@ work that this count does not credit.)
 
     python benchmarks/pretrain_step.py                       # mini and base, everything
     python benchmarks/pretrain_step.py --configs mini --steps 5 --backends jax
+    python benchmarks/pretrain_step.py --configs base --backends jax torch \\
+        --shapes 256x128x20 64x512x80 --variants attention-dropout-0 compile     # a GPU
 """
 
 import argparse
@@ -26,6 +28,7 @@ import time
 import numpy as np
 
 SHAPES = {"mini": (4, 256, 4), "base": (12, 768, 12)}
+VARIANTS = {"attention-dropout-0": "jax", "compile": "torch"}   # extra kbert rows, their backend
 VOCAB = 30522
 
 
@@ -64,7 +67,10 @@ def _gpu():
         return False
 
 
-def run_kbert(config, batch, seq, preds, warmup, steps):
+def run_kbert(config, batch, seq, preds, warmup, steps, variant=""):
+    """variant "attention-dropout-0": attention_dropout=0 (on JAX + GPU: cuDNN's fused
+    attention; with dropout the explicit path runs); "compile": jit_compile=True on PyTorch
+    (torch.compile, what `kbert pretrain --jit-compile auto` does on CUDA)."""
     import keras
 
     import kbert
@@ -74,9 +80,10 @@ def run_kbert(config, batch, seq, preds, warmup, steps):
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     layers, hidden, heads = SHAPES[config]
     cfg = kbert.BertConfig(num_layers=layers, hidden_size=hidden, num_heads=heads,
-                           intermediate_size=4 * hidden)
+                           intermediate_size=4 * hidden,
+                           attention_dropout=0.0 if variant == "attention-dropout-0" else 0.1)
     model = kbert.BertPretrainer(cfg)
-    jit = keras.backend.backend() != "torch"
+    jit = keras.backend.backend() != "torch" or variant == "compile"
     model.compile(create_optimizer(total_steps=1000, warmup_steps=10), jit_compile=jit)
     f = _inputs(batch, seq, preds)
     x = {k: f[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
@@ -157,6 +164,11 @@ def matmul_peak(n=2048, repeats=5):
     return best
 
 
+def _shape(text):
+    batch, seq, preds = (int(v) for v in text.split("x"))
+    return batch, seq, preds
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--configs", nargs="+", default=["mini", "base"], choices=sorted(SHAPES))
@@ -164,49 +176,84 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--preds", type=int, default=20)
+    p.add_argument("--shapes", nargs="+", type=_shape, metavar="BxTxP",
+                   help="several shapes, each BATCHxSEQxPREDICTIONS (e.g. 256x128x20 64x512x80),"
+                        " timed in one process per implementation; default: --batch/--seq/--preds")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--skip", nargs="*", default=[], help="hf and/or keras-hub")
+    p.add_argument("--variants", nargs="*", default=[], choices=VARIANTS,
+                   help="extra kbert rows: attention-dropout-0 (JAX), compile (PyTorch)")
+    p.add_argument("--json", help="also write every row here")
+    p.add_argument("--worker-timeout", type=float, help="seconds one implementation may take")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
-    shape = (args.batch, args.seq, args.preds, args.warmup, args.steps)
+    shapes = args.shapes or [(args.batch, args.seq, args.preds)]
     if args.worker:
         impl, config = args.worker.split(":")
-        run = {"kbert": run_kbert, "keras-hub": run_keras_hub, "hf": run_hf}[impl]
-        print("RESULT", json.dumps({"seconds": run(config, *shape)}))
+        name, _, variant = impl.partition("+")
+        run = {"kbert": run_kbert, "keras-hub": run_keras_hub, "hf": run_hf}[name]
+        extra = {"variant": variant} if variant else {}
+        for shape in shapes:
+            seconds = run(config, *shape, args.warmup, args.steps, **extra)
+            print("RESULT", json.dumps({"shape": list(shape), "seconds": seconds}), flush=True)
         return
 
     peak = matmul_peak()
     print(f"matmul peak measured: {peak / 1e9:.1f} GFLOP/s "
-          f"({'GPU bf16' if _gpu() else 'CPU float32'})")
+          f"({'GPU bf16' if _gpu() else 'CPU float32'})", flush=True)
     jobs = [("kbert", b) for b in args.backends]
+    jobs += [(f"kbert+{v}", VARIANTS[v]) for v in args.variants if VARIANTS[v] in args.backends]
     jobs += [] if "keras-hub" in args.skip else [("keras-hub", b) for b in args.backends]
     jobs += [] if "hf" in args.skip else [("hf", "torch")]
     here = os.path.dirname(os.path.abspath(__file__))
+    everything = []
     for config in args.configs:
-        rows = {}
+        rows = {shape: {} for shape in shapes}
         for impl, backend in jobs:
             env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
                        PYTHONPATH=os.pathsep.join(
                            filter(None, [os.path.dirname(here), os.environ.get("PYTHONPATH")])))
-            cmd = [sys.executable, __file__, "--worker", f"{impl}:{config}", "--batch",
-                   str(args.batch), "--seq", str(args.seq), "--preds", str(args.preds),
-                   "--warmup", str(args.warmup), "--steps", str(args.steps)]
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                print(f"{config} {impl}/{backend}: failed: {out.stderr.strip()[-300:]}")
-                continue
-            rows[f"{impl}/{backend}"] = json.loads(line[-1][7:])["seconds"]
-        flops = flops_per_step(config, args.batch, args.seq, args.preds)
-        hf = rows.get("hf/torch")
-        print(f"\n{config}: batch {args.batch}, seq {args.seq}, {args.preds} predictions, "
-              f"{flops / 1e9:.0f} GFLOP/step")
-        print(f"{'implementation':<22}{'step ms':>10}{'examples/s':>12}{'vs HF':>8}{'MFU':>8}")
-        for name, seconds in sorted(rows.items(), key=lambda kv: kv[1]):
-            ratio = f"{hf / seconds:.2f}x" if hf else "-"
-            print(f"{name:<22}{seconds * 1e3:>10.0f}{args.batch / seconds:>12.1f}{ratio:>8}"
-                  f"{flops / seconds / peak:>8.1%}")
+            cmd = [sys.executable, __file__, "--worker", f"{impl}:{config}", "--shapes",
+                   *("x".join(map(str, s)) for s in shapes), "--warmup", str(args.warmup),
+                   "--steps", str(args.steps)]
+            started = time.perf_counter()
+            try:
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                     timeout=args.worker_timeout)
+                stdout, failed = out.stdout, out.returncode and out.stderr.strip()[-300:]
+            except subprocess.TimeoutExpired as e:
+                stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+                failed = f"stopped after {args.worker_timeout} s"
+            results = [json.loads(x[7:]) for x in stdout.splitlines() if x.startswith("RESULT ")]
+            name = f"{impl.split('+')[0]}/{backend}" + \
+                (f" ({impl.split('+')[1]})" if "+" in impl else "")
+            shown = ", ".join(f"{'x'.join(map(str, r['shape']))}: {r['seconds'] * 1e3:.1f} ms"
+                              for r in results)
+            print(f"{config} {name}: {shown or 'no shape timed'} "
+                  f"({time.perf_counter() - started:.0f} s in all)"
+                  + (f"; failed: {failed}" if failed else ""), flush=True)
+            for r in results:
+                rows[tuple(r["shape"])][name] = r["seconds"]
+        for (batch, seq, preds), row in rows.items():
+            flops = flops_per_step(config, batch, seq, preds)
+            hf = row.get("hf/torch")
+            print(f"\n{config}: batch {batch}, seq {seq}, {preds} predictions, "
+                  f"{flops / 1e9:.0f} GFLOP/step")
+            print(f"{'implementation':<34}{'step ms':>10}{'examples/s':>12}{'vs HF':>8}"
+                  f"{'MFU':>8}")
+            for name, seconds in sorted(row.items(), key=lambda kv: kv[1]):
+                ratio = f"{hf / seconds:.2f}x" if hf else "-"
+                print(f"{name:<34}{seconds * 1e3:>10.1f}{batch / seconds:>12.1f}{ratio:>8}"
+                      f"{flops / seconds / peak:>8.1%}")
+                everything.append(dict(config=config, batch=batch, seq=seq, preds=preds,
+                                       implementation=name, seconds=seconds,
+                                       vs_hf=hf / seconds if hf else None,
+                                       mfu=flops / seconds / peak))
+            sys.stdout.flush()
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(dict(peak_flops=peak, gpu=_gpu(), rows=everything), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from kbert import checkpoint as checkpoint_lib
 from kbert.finetune import batching
 from kbert.finetune.tasks import TASKS, get_task
 from kbert.optimization import create_optimizer
-from kbert.tokenizer import Tokenizer
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
 PAD_TO_MULTIPLE = 16   # batch widths rounded up: few shapes for XLA / JAX to compile
@@ -103,6 +102,7 @@ def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
     keras_model = ckpt.task_model(spec.head)
     options = ckpt.head_options.get(spec.head, {})
     spec.check_options(options, ckpt.path)
+    from kbert.tokenizer import Tokenizer  # TensorFlow Text; predict() runs without it
     tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
     prepared = spec.encode(tokenizer, spec.read(data), _max_seq_length(
         spec, max_seq_length, ckpt.config), training=False, options=options)
@@ -203,6 +203,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
     keras.utils.set_random_seed(seed)
     ckpt = checkpoint_lib.load(init)
     length = _max_seq_length(spec, max_seq_length, ckpt.config)
+    from kbert.tokenizer import Tokenizer
     tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
     train_data, dev_data = spec.read(train), spec.read(dev)
     if max_train_examples:
