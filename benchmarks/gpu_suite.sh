@@ -67,7 +67,7 @@ run)
     squad)
       timeout 420 $PY benchmarks/squad_vs_hf.py run --bundle "$DIR/squad" \
         --init "${SQUAD_INIT:-saved_models/minilm-l6-mlm-nsp}" --epochs 2 \
-        --engines hf hf-longest kbert-jax kbert-torch --json "$LOGS/$part.json" ;;
+        --engines hf kbert-jax kbert-torch hf-longest --json "$LOGS/$part.json" ;;
     attention)
       timeout 150 $PY benchmarks/attention_gpu.py ;;
     *) echo "unknown part $part"; false ;;
