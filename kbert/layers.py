@@ -157,6 +157,25 @@ def _jax_fused_attention(q, k, v, input_mask, causal, scale):
     return jax.lax.cond(suffix_padding, by_lengths, jax.checkpoint(by_mask), q, k, v)
 
 
+def _torch_attention(q, k, v, mask, scale, dropout):
+    """Attention as one `torch.nn.functional.scaled_dot_product_attention`, dropout included.
+
+    Twin of the explicit path (a test holds them equal without dropout, and the dropout
+    unbiased). `q`, `k`, `v` [B, T, N, D], `mask` bool [B, 1, 1 or T, T] → [B, T, N, D].
+    PyTorch drops the attention probabilities inside its kernel (memory-efficient attention on
+    CUDA: no [B, N, T, T] tensor kept for the backward pass) with its global random generator,
+    the one Keras' own (unseeded) `Dropout` draws from on this backend. The mask rules flash
+    attention out; PyTorch picks its fastest kernel that takes one. On a CPU: half the explicit
+    path's time.
+    """
+    import torch
+
+    context = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+        dropout_p=dropout, scale=scale)                                    # [B, N, T, D]
+    return context.transpose(1, 2)
+
+
 def initializer(stddev):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
@@ -224,13 +243,15 @@ class TransformerEncoderBlock(keras.layers.Layer):
     with `first_token_only=True` to compute the output of the first position alone, [B, 1, H]
     (it still attends to every key): all a last layer must produce when only `[CLS]` is read.
 
-    Training with attention dropout (`attention_dropout` > 0) runs the explicit path, which
-    materialises the attention weights [B, N, T, T] to drop them, as no fused kernel drops them
-    through a public API; everywhere else (inference, or `attention_dropout=0`) attention is one
-    fused call: PyTorch's `scaled_dot_product_attention`, TensorFlow's, and on JAX
-    `_jax_fused_attention` where cuDNN's flash attention runs (a GPU in bf16/fp16; elsewhere
-    the explicit path is faster than XLA's). So training is fused only with
-    `attention_dropout=0`, a choice of regularisation left to the config, never made silently.
+    Attention is one fused call where the backend has one that fits: on PyTorch always
+    `_torch_attention` (`scaled_dot_product_attention`, which also drops the probabilities in
+    training); on TensorFlow Keras' `dot_product_attention`; on JAX `_jax_fused_attention` where
+    cuDNN's flash attention runs (a GPU in bf16/fp16; elsewhere the explicit path is faster than
+    XLA's). On TensorFlow and JAX, training with attention dropout (`attention_dropout` > 0)
+    runs the explicit path, which materialises the weights [B, N, T, T] to drop them: their
+    fused kernels drop nothing with Keras' random generator. So there training is fused only
+    with `attention_dropout=0`, a choice of regularisation left to the config, never made
+    silently.
 
     Example:
     >>> block = TransformerEncoderBlock(hidden_size=8, num_heads=2, intermediate_size=32)
@@ -284,21 +305,20 @@ class TransformerEncoderBlock(keras.layers.Layer):
         mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
         if first_token_only:
             mask, seq_len = mask[:, :, :1], 1                                  # [B, 1, 1, T]
-        use_dropout = training and self.attention_dropout_rate > 0
-        jax = keras.backend.backend() == "jax"
-        if return_attention or use_dropout or (jax and not _jax_fused(qkv)):
+        dropout = self.attention_dropout_rate if training else 0.0
+        backend = keras.backend.backend()
+        if (return_attention or (dropout > 0 and backend != "torch")
+                or (backend == "jax" and not _jax_fused(qkv))):
             return self._explicit_attention(qkv, mask, training, return_attention,
                                             first_token_only)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]                  # [B, T, N, D]
         q = q[:, :1] if first_token_only else q
         scale = self.head_size ** -0.5
-        if jax:
+        if backend == "jax":
             context = _jax_fused_attention(q, k, v, input_mask, self.causal, scale)
-        else:
-            # PyTorch's scaled_dot_product_attention: half the explicit path's time on a CPU;
-            # TensorFlow's is the same einsums as the explicit path. The mask rules flash
-            # attention out; Keras' torch probe for it would stop `torch.compile`'s graph at
-            # every layer (PyTorch still picks its fastest kernel with a mask).
+        elif backend == "torch":
+            context = _torch_attention(q, k, v, mask, scale, dropout)
+        else:   # TensorFlow's is the same einsums as the explicit path
             context = ops.dot_product_attention(q, k, v, mask=mask, scale=scale,
                                                 flash_attention=False)
         return ops.reshape(context, (batch, seq_len, self.hidden_size)), None

@@ -163,3 +163,32 @@ def test_gpu_benchmark_smoke_runs_without_tensorflow():
     last = done.stdout.strip().splitlines()[-1].split()
     assert last[0] == "2x16" and len(last) == 8, done.stdout
     assert all(float(n) >= 0 for n in last[1:])
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's fused attention")
+def test_torch_attention_drops_probabilities_without_bias():
+    """scaled_dot_product_attention's dropout is dropout of the probabilities, scaled by
+    1/(1-p): averaged over many draws it gives the undropped context; the layer trains through
+    it (no explicit path) and its draws follow PyTorch's seed."""
+    import torch
+
+    rng = np.random.default_rng(3)
+    q, k, v = (torch.tensor(rng.normal(size=(1, 6, 2, 4)), dtype=torch.float32)
+               for _ in range(3))
+    mask = torch.tensor(SUFFIX[1:2, :6].astype(bool))[:, None, None, :]
+    exact = layers._torch_attention(q, k, v, mask, 0.5, 0.0)
+    many = layers._torch_attention(*(t.expand(20000, -1, -1, -1) for t in (q, k, v)),
+                                   mask.expand(20000, -1, -1, -1), 0.5, 0.3)
+    assert not torch.allclose(many[0], exact[0], atol=1e-3)             # one draw: dropped
+    np.testing.assert_allclose(many.mean(0).numpy(), exact[0].numpy(), rtol=0, atol=2e-2)
+
+    block, x = _block(causal=False)
+    calls = []
+    explicit = block._explicit_attention
+    block._explicit_attention = lambda *a: calls.append(1) or explicit(*a)
+    outputs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        outputs.append(ops.convert_to_numpy(block(x, SUFFIX, training=True)))
+    assert calls == []
+    np.testing.assert_array_equal(outputs[0], outputs[1])
