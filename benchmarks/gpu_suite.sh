@@ -14,7 +14,8 @@
 #
 #   pretrain-base  benchmarks/pretrain_step.py, base at 256x128 (20 predictions) and 64x512 (80):
 #                  kbert on JAX (attention dropout 0.1, and 0: fused cuDNN attention) and on
-#                  PyTorch (eager, and torch.compile), keras-hub on JAX and PyTorch, HF; bf16
+#                  PyTorch (eager, and torch.compile), keras-hub on JAX and PyTorch, HF; bf16;
+#                  the PyTorch rows also print their top kernels (torch.profiler)
 #   pretrain-mini  the same at mini, 256x128
 #   squad          benchmarks/squad_vs_hf.py: SQuAD v1.1 (18 articles), two epochs per engine
 #   attention      benchmarks/attention_gpu.py: the attention paths alone, ms and memory
@@ -59,7 +60,7 @@ run)
     pretrain-base)
       timeout 440 $PY benchmarks/pretrain_step.py --configs base --backends jax torch \
         --shapes 256x128x20 64x512x80 --variants attention-dropout-0 compile --warmup 3 \
-        --steps 10 --worker-timeout 150 --json "$LOGS/$part.json" ;;
+        --steps 10 --worker-timeout 150 --profile --json "$LOGS/$part.json" ;;
     pretrain-mini)
       timeout 150 $PY benchmarks/pretrain_step.py --configs mini --backends jax torch \
         --shapes 256x128x20 --warmup 3 --steps 10 --worker-timeout 60 \

@@ -50,13 +50,44 @@ def _inputs(batch, seq, preds, seed=0):
                 next_sentence_labels=rng.integers(0, 2, (batch, 1)).astype("int32"))
 
 
-def _time(step, warmup, steps):
+def _time(step, warmup, steps, profile=False):
     for _ in range(warmup):
         step()
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    return (time.perf_counter() - start) / steps
+    seconds = (time.perf_counter() - start) / steps
+    if profile:
+        _profile(step)
+    return seconds
+
+
+def _profile(step, steps=3, top=15):
+    """On PyTorch: where a step's time goes, printed (kernels by device time on a GPU, ops by
+    CPU time otherwise), with the number of kernels or ops per step."""
+    import keras
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    if keras.backend.backend() != "torch":
+        return
+    gpu = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+    events = prof.key_averages()
+    if gpu:
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        key, unit = (lambda e: e.self_device_time_total), "device"
+    else:
+        kernels = [e for e in events if e.key.startswith("aten::")]
+        key, unit = (lambda e: e.self_cpu_time_total), "CPU"
+    total = sum(key(e) for e in kernels)
+    print(f"PROFILE {sum(e.count for e in kernels) / steps:.0f} {'kernels' if gpu else 'ops'} "
+          f"and {total / steps / 1e3:.1f} ms of {unit} time per step; top {top}:", flush=True)
+    for e in sorted(kernels, key=key, reverse=True)[:top]:
+        print(f"PROFILE {key(e) / steps / 1e3:8.2f} ms {100 * key(e) / total:5.1f}% "
+              f"{e.count // steps:5d}x {e.key[:90]}", flush=True)
 
 
 def _gpu():
@@ -67,7 +98,7 @@ def _gpu():
         return False
 
 
-def run_kbert(config, batch, seq, preds, warmup, steps, variant=""):
+def run_kbert(config, batch, seq, preds, warmup, steps, variant="", profile=False):
     """variant "attention-dropout-0": attention_dropout=0 (on JAX + GPU: cuDNN's fused
     attention; with dropout the explicit path runs); "compile": jit_compile=True on PyTorch
     (torch.compile, what `kbert pretrain --jit-compile auto` does on CUDA)."""
@@ -89,10 +120,10 @@ def run_kbert(config, batch, seq, preds, warmup, steps, variant=""):
     x = {k: f[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
     y = {"mlm_logits": f["masked_lm_ids"], "nsp_logits": f["next_sentence_labels"]}
     w = {"mlm_logits": np.ones((batch, preds), "float32"), "nsp_logits": np.ones(batch, "float32")}
-    return _time(lambda: model.train_on_batch(x, y, w), warmup, steps)
+    return _time(lambda: model.train_on_batch(x, y, w), warmup, steps, profile)
 
 
-def run_keras_hub(config, batch, seq, preds, warmup, steps):
+def run_keras_hub(config, batch, seq, preds, warmup, steps, profile=False):
     import keras
     import keras_hub
     if _gpu():
@@ -108,10 +139,10 @@ def run_keras_hub(config, batch, seq, preds, warmup, steps):
     f = _inputs(batch, seq, preds)
     x = {"token_ids": f["input_ids"], "segment_ids": f["segment_ids"],
          "padding_mask": f["input_mask"].astype(bool), "mask_positions": f["masked_lm_positions"]}
-    return _time(lambda: model.train_on_batch(x, f["masked_lm_ids"]), warmup, steps)
+    return _time(lambda: model.train_on_batch(x, f["masked_lm_ids"]), warmup, steps, profile)
 
 
-def run_hf(config, batch, seq, preds, warmup, steps):
+def run_hf(config, batch, seq, preds, warmup, steps, profile=False):
     import torch
     import transformers
     layers, hidden, heads = SHAPES[config]
@@ -138,7 +169,7 @@ def run_hf(config, batch, seq, preds, warmup, steps):
         optimizer.zero_grad(set_to_none=True)
         if device == "cuda":
             torch.cuda.synchronize()
-    return _time(step, warmup, steps)
+    return _time(step, warmup, steps, profile)
 
 
 def matmul_peak(n=2048, repeats=5):
@@ -186,6 +217,8 @@ def main():
                    help="extra kbert rows: attention-dropout-0 (JAX), compile (PyTorch)")
     p.add_argument("--json", help="also write every row here")
     p.add_argument("--worker-timeout", type=float, help="seconds one implementation may take")
+    p.add_argument("--profile", action="store_true",
+                   help="PyTorch rows: also print where the step's time goes (torch.profiler)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     shapes = args.shapes or [(args.batch, args.seq, args.preds)]
@@ -194,6 +227,7 @@ def main():
         name, _, variant = impl.partition("+")
         run = {"kbert": run_kbert, "keras-hub": run_keras_hub, "hf": run_hf}[name]
         extra = {"variant": variant} if variant else {}
+        extra.update({"profile": True} if args.profile else {})
         for shape in shapes:
             seconds = run(config, *shape, args.warmup, args.steps, **extra)
             print("RESULT", json.dumps({"shape": list(shape), "seconds": seconds}), flush=True)
@@ -216,7 +250,7 @@ def main():
                            filter(None, [os.path.dirname(here), os.environ.get("PYTHONPATH")])))
             cmd = [sys.executable, __file__, "--worker", f"{impl}:{config}", "--shapes",
                    *("x".join(map(str, s)) for s in shapes), "--warmup", str(args.warmup),
-                   "--steps", str(args.steps)]
+                   "--steps", str(args.steps)] + (["--profile"] if args.profile else [])
             started = time.perf_counter()
             try:
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True,
@@ -233,6 +267,9 @@ def main():
             print(f"{config} {name}: {shown or 'no shape timed'} "
                   f"({time.perf_counter() - started:.0f} s in all)"
                   + (f"; failed: {failed}" if failed else ""), flush=True)
+            for line in stdout.splitlines():
+                if line.startswith("PROFILE "):
+                    print(f"    {line[8:]}", flush=True)
             for r in results:
                 rows[tuple(r["shape"])][name] = r["seconds"]
         for (batch, seq, preds), row in rows.items():
