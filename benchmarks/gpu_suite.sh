@@ -78,7 +78,7 @@ run)
   done
   ;;
 *)
-  sed -n '2,20p' "$0"
+  sed -n '2,/^set -uo/p' "$0" | sed '$d'
   exit 2
   ;;
 esac
