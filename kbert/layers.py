@@ -170,8 +170,12 @@ def _torch_attention(q, k, v, mask, scale, dropout):
     """
     import torch
 
+    # Added to the scores, not a bool mask: a row with no real key stays finite (a bool mask
+    # gives NaN there, and a NaN row poisons a batch's gradient even at weight 0).
+    bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(
+        ~mask, -0.7 * torch.finfo(q.dtype).max)
     context = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias,
         dropout_p=dropout, scale=scale)                                    # [B, N, T, D]
     return context.transpose(1, 2)
 
