@@ -39,8 +39,9 @@ def read_tsv(path, n=None):
     return [r[0] for r in rows], np.array([int(r[1]) for r in rows])
 
 
-def hf_optimizer(model, learning_rate, total):
-    """run_glue.py's AdamW (decay 0.01 except biases and LayerNorm) and 10% linear warmup."""
+def hf_optimizer(model, learning_rate, total, fused=False):
+    """run_glue.py's AdamW (decay 0.01 except biases and LayerNorm) and 10% linear warmup;
+    `fused`: PyTorch's one-kernel AdamW (CUDA), what HF's Trainer picks on a GPU."""
     import torch
     import transformers
 
@@ -49,7 +50,8 @@ def hf_optimizer(model, learning_rate, total):
                           if not any(k in n for k in no_decay)], "weight_decay": 0.01},
               {"params": [p for n, p in model.named_parameters()
                           if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.999), eps=1e-6)
+    optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.999), eps=1e-6,
+                                  fused=fused)
     return optimizer, transformers.get_linear_schedule_with_warmup(
         optimizer, int(round(0.1 * total)), total)
 

@@ -43,7 +43,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, HERE]
+from finetune_vs_hf import hf_optimizer  # noqa: E402  (run_glue.py's AdamW and schedule)
+
 ENGINES = {"kbert-jax": "jax", "kbert-torch": "torch", "kbert-tensorflow": "tensorflow",
            "hf": None, "hf-longest": None}
 TRAIN_KEYS = ("input_ids", "segment_ids", "input_mask", "start_positions", "end_positions")
@@ -209,18 +211,10 @@ def engine_hf(args, longest):
     with tempfile.TemporaryDirectory() as tmp:
         model = transformers.BertForQuestionAnswering.from_pretrained(_hf_model(args.init, tmp))
     model.to(device)
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters()
-                          if not any(k in n for k in no_decay)], "weight_decay": 0.01},
-              {"params": [p for n, p in model.named_parameters()
-                          if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-6,
-                                  fused=device == "cuda")
     n = len(train["input_ids"])
     steps_per_epoch = math.ceil(n / args.batch_size)
-    total = steps_per_epoch * args.epochs
-    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, int(round(0.1 * total)),
-                                                             total)
+    optimizer, scheduler = hf_optimizer(model, args.learning_rate, steps_per_epoch * args.epochs,
+                                        fused=device == "cuda")
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
     lengths = train["input_mask"].sum(1)
 
