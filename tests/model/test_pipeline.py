@@ -16,6 +16,7 @@ pytestmark = pytest.mark.multibackend
 
 @pytest.fixture(scope="module")
 def tiny_pretrained(tmp_path_factory):
+    keras.utils.set_random_seed(0)      # built before the per-test seed: seeded here
     path = tmp_path_factory.mktemp("ckpt") / "tiny"
     model = kbert.BertPretrainer(BertConfig.preset("tiny", vocab_size=120))
     checkpoint.save(path, model, vocab=tiny_vocab(size=120))
@@ -206,6 +207,7 @@ def test_answer_and_tag_take_lists(tmp_path):
 # --- bad input: one clear ValueError --------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_squad(tmp_path_factory):
+    keras.utils.set_random_seed(0)
     path = tmp_path_factory.mktemp("squad") / "tiny"
     model = kbert.BertQuestionAnswerer(BertConfig.preset("tiny", vocab_size=120))
     checkpoint.save(path, model, vocab=tiny_vocab(size=120), head_options={"span": {}})
