@@ -58,7 +58,10 @@ def _time(step, warmup, steps, profile=False):
         step()
     seconds = (time.perf_counter() - start) / steps
     if profile:
-        _profile(step)
+        try:
+            _profile(step)
+        except Exception as e:  # noqa: BLE001  (a profiler problem must not lose the timing)
+            print(f"PROFILE failed: {type(e).__name__}: {e}", flush=True)
     return seconds
 
 
