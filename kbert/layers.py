@@ -157,7 +157,7 @@ def _jax_fused_attention(q, k, v, input_mask, causal, scale):
     return jax.lax.cond(suffix_padding, by_lengths, jax.checkpoint(by_mask), q, k, v)
 
 
-def _torch_attention(q, k, v, mask, scale, dropout):
+def _torch_attention(q, k, v, mask, scale, drop_rate):
     """Attention as one `torch.nn.functional.scaled_dot_product_attention`, dropout included.
 
     Twin of the explicit path (a test holds them equal without dropout, and the dropout
@@ -176,7 +176,7 @@ def _torch_attention(q, k, v, mask, scale, dropout):
         ~mask, -0.7 * torch.finfo(q.dtype).max)
     context = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias,
-        dropout_p=dropout, scale=scale)                                    # [B, N, T, D]
+        dropout_p=drop_rate, scale=scale)                                  # [B, N, T, D]
     return context.transpose(1, 2)
 
 
@@ -309,9 +309,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
         mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
         if first_token_only:
             mask, seq_len = mask[:, :, :1], 1                                  # [B, 1, 1, T]
-        dropout = self.attention_dropout_rate if training else 0.0
+        drop_rate = self.attention_dropout_rate if training else 0.0
         backend = keras.backend.backend()
-        if (return_attention or (dropout > 0 and backend != "torch")
+        if (return_attention or (drop_rate > 0 and backend != "torch")
                 or (backend == "jax" and not _jax_fused(qkv))):
             return self._explicit_attention(qkv, mask, training, return_attention,
                                             first_token_only)
@@ -321,7 +321,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         if backend == "jax":
             context = _jax_fused_attention(q, k, v, input_mask, self.causal, scale)
         elif backend == "torch":
-            context = _torch_attention(q, k, v, mask, scale, dropout)
+            context = _torch_attention(q, k, v, mask, scale, drop_rate)
         else:   # TensorFlow's is the same einsums as the explicit path
             context = ops.dot_product_attention(q, k, v, mask=mask, scale=scale,
                                                 flash_attention=False)
