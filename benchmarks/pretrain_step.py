@@ -263,8 +263,8 @@ def main():
                 stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
                 failed = f"stopped after {args.worker_timeout} s"
             results = [json.loads(x[7:]) for x in stdout.splitlines() if x.startswith("RESULT ")]
-            name = f"{impl.split('+')[0]}/{backend}" + \
-                (f" ({impl.split('+')[1]})" if "+" in impl else "")
+            library, _, variant = impl.partition("+")
+            name = f"{library}/{backend}" + (f" ({variant})" if variant else "")
             shown = ", ".join(f"{'x'.join(map(str, r['shape']))}: {r['seconds'] * 1e3:.1f} ms"
                               for r in results)
             print(f"{config} {name}: {shown or 'no shape timed'} "

@@ -10,8 +10,8 @@ On a GPU every engine trains in bfloat16 (kbert `mixed_bfloat16`, HF `torch.auto
 - kbert: the task model, optimizer and length-bucketed batches of `kbert finetune squad`
   (each batch padded to its own longest row, widths in steps of 16), `model.fit`, XLA on JAX,
   `jit_compile="auto"` on PyTorch (torch.compile on CUDA). The batches come from a
-  `keras.utils.PyDataset` on JAX and PyTorch, so nothing here needs TensorFlow (tf.data, as
-  `kbert finetune` itself, on the TensorFlow backend).
+  `keras.utils.PyDataset` rather than `kbert finetune`'s tf.data, so nothing here needs
+  TensorFlow.
 - HF: the plain PyTorch loop of `run_qa.py` (random batches padded to 384, its default
   `pad_to_max_length`; `hf-longest` pads each batch to its longest row instead), fused AdamW,
   `get_linear_schedule_with_warmup`.
@@ -46,8 +46,7 @@ ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 from finetune_vs_hf import hf_optimizer  # noqa: E402  (run_glue.py's AdamW and schedule)
 
-ENGINES = {"kbert-jax": "jax", "kbert-torch": "torch", "kbert-tensorflow": "tensorflow",
-           "hf": None, "hf-longest": None}
+ENGINES = {"kbert-jax": "jax", "kbert-torch": "torch", "hf": None, "hf-longest": None}
 TRAIN_KEYS = ("input_ids", "segment_ids", "input_mask", "start_positions", "end_positions")
 
 
@@ -153,13 +152,8 @@ def engine_kbert(args):
                                  self.lengths)
             return ({k: rows[k] for k in features}, {k: rows[k] for k in labels})
 
-    if keras.backend.backend() == "tensorflow":     # what `kbert finetune` feeds: tf.data
-        data = batching.to_dataset({**features, **labels}, args.batch_size, tuple(labels),
-                                   shuffle=True, seed=args.seed, multiple=PAD_TO_MULTIPLE)
-        steps_per_epoch = int(data.cardinality())
-    else:
-        data = Batches()
-        steps_per_epoch = len(data)
+    data = Batches()
+    steps_per_epoch = len(data)
     steps = steps_per_epoch * args.epochs
     model.compile(optimizer=create_optimizer("adamw", args.learning_rate, steps,
                                              int(round(0.1 * steps)), 0.01),
@@ -218,11 +212,12 @@ def engine_hf(args, longest):
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
     lengths = train["input_mask"].sum(1)
 
-    def tensors(index, arrays, keys):
-        width = int(lengths[index].max()) if longest else arrays["input_ids"].shape[1]
-        return [torch.as_tensor(arrays[k][index][..., :width] if arrays[k].ndim == 2
-                                else arrays[k][index], dtype=torch.long, device=device)
-                for k in keys]
+    def batch(index):
+        """The rows `index` of every training array, padded to 384 or to their longest row."""
+        width = int(lengths[index].max()) if longest else train["input_ids"].shape[1]
+        rows = [train[k][index] for k in TRAIN_KEYS]
+        return [torch.as_tensor(r[:, :width] if r.ndim == 2 else r, dtype=torch.long,
+                                device=device) for r in rows]
 
     rng = np.random.default_rng(args.seed)
     epochs = []
@@ -231,8 +226,7 @@ def engine_hf(args, longest):
         started = time.perf_counter()
         order = rng.permutation(n)
         for i in range(0, n, args.batch_size):
-            ids, segments, mask, start, end = tensors(order[i:i + args.batch_size], train,
-                                                      TRAIN_KEYS)
+            ids, segments, mask, start, end = batch(order[i:i + args.batch_size])
             with autocast:
                 loss = model(input_ids=ids, token_type_ids=segments, attention_mask=mask,
                              start_positions=start, end_positions=end).loss
