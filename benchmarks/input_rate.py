@@ -9,7 +9,8 @@ The paths, as `kbert pretrain` and `examples/pretrain_arrays.py` build them:
 - `static`: `kbert.data.inputs.pretraining_dataset` over TFRecord shards (masks written by
   `kbert create-pretraining-data`), seeded as `kbert pretrain` seeds it, then `targets_for`;
 - `dynamic`: the same with `DynamicMasking` (new masks drawn for every batch);
-- `arrays`: `examples/pretrain_arrays.batches`, NumPy arrays (the same shards read into memory);
+- `arrays`: `kbert.data.arrays.Batches` (the feed of `examples/pretrain_arrays.py`), NumPy
+  arrays (the same shards read into memory);
 - `text`: `kbert.data.text.text_pretraining_dataset`, straight from the text files (sentence
   splitting, tokenization, pairs and masking in tf.data; `kbert pretrain --text`).
 
@@ -34,7 +35,6 @@ projection.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -139,18 +139,14 @@ def text_batches(files, vocab, seq, preds, batch_size, cores):
 
 
 def array_batches(directory, batch_size):
-    """`examples/pretrain_arrays.py`'s generator over the shards' features read into memory."""
-    import numpy as np
+    """`kbert.data.arrays.Batches` (the feed of `kbert.training.arrays`) over the shards'
+    features read into memory."""
+    import itertools
 
-    from kbert.data import inputs
-    spec = importlib.util.spec_from_file_location(
-        "pretrain_arrays", os.path.join(ROOT, "examples", "pretrain_arrays.py"))
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    parts = list(inputs.pretraining_dataset(directory, 4096, is_training=False)
-                 .as_numpy_iterator())
-    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    return example.batches(arrays, batch_size, seed=0)
+    from kbert.data import arrays, inputs
+    data = arrays.from_dataset(inputs.pretraining_dataset(directory, 4096, is_training=False))
+    feed = arrays.Batches(data, batch_size, steps_per_epoch=10 ** 9)
+    return (feed[i] for i in itertools.count())
 
 
 def rate(batches, batch_size, seconds):

@@ -19,194 +19,60 @@ result is an ordinary kbert checkpoint directory.
 
 import argparse
 import json
-import multiprocessing
 import os
-import random
 import sys
 import time
 
-import numpy as np
-
-from kbert.data.pretraining import FEATURES  # pure Python: no TensorFlow
+from kbert.data import arrays  # pure Python and NumPy: no TensorFlow
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-INPUTS = ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")  # the model's inputs
 
 
-# --- prepare (needs TensorFlow) -----------------------------------------------------------------
 def prepare(args):
+    """Where TensorFlow is: documents → token ids, or held-out shards → feature arrays."""
     if args.shards:
         from kbert.data import inputs
-        ds = inputs.pretraining_dataset(args.shards, 4096, is_training=False)
-        parts = [{k: v.numpy() for k, v in batch.items()} for batch in ds]
-        arrays = {k: np.concatenate([p[k] for p in parts]) for k in FEATURES}
-        np.savez_compressed(args.output, **arrays)
-        print(f"{len(arrays['input_ids'])} instances → {args.output}")
+        data = arrays.from_dataset(inputs.pretraining_dataset(args.shards, 4096,
+                                                              is_training=False))
+        arrays.save(args.output, data)
+        print(f"{len(data['input_ids'])} instances → {args.output}")
         return
-    from kbert.config import read_vocab
-    from kbert.data.pretraining import iter_blocks, tokenize_documents
-    from kbert.tokenizer import Tokenizer
-    tokenizer = Tokenizer(read_vocab(args.vocab), not args.cased)
-    tokens, sentence_lengths, document_lengths = [], [], []
-    for block in iter_blocks(args.input):
-        for document in tokenize_documents(block, tokenizer):
-            document_lengths.append(len(document))
-            for sentence in document:
-                sentence_lengths.append(len(sentence))
-                tokens.extend(sentence)
-    np.savez_compressed(args.output, tokens=np.asarray(tokens, np.uint16),
-                        sentence_lengths=np.asarray(sentence_lengths, np.int32),
-                        document_lengths=np.asarray(document_lengths, np.int32),
-                        vocab=np.asarray(read_vocab(args.vocab)))
-    print(f"{len(document_lengths)} documents, {len(sentence_lengths)} sentences, "
-          f"{len(tokens)} tokens → {args.output}")
+    data = arrays.token_documents(args.input, args.vocab, lower_case=not args.cased)
+    arrays.save(args.output, data)
+    print(f"{len(data['document_lengths'])} documents, {len(data['sentence_lengths'])} "
+          f"sentences, {len(data['tokens'])} tokens → {args.output}")
 
 
-# --- instances (pure Python, the code of `kbert create-pretraining-data`) ------------------------
-_DOCUMENTS = None
-
-
-class _Vocabulary:
-    def __init__(self, vocab):
-        from kbert.data.pretraining import Vocabulary
-        self.vocab = list(vocab)
-        self.cls_id, self.sep_id, self.mask_id = (self.vocab.index(t) for t in
-                                                  ("[CLS]", "[SEP]", "[MASK]"))
-        self.masking = Vocabulary(self)
-
-
-def _instances(job):
-    from kbert.data.pretraining import create_instances_from_document
-    seed, dupe, start, stop, options, vocab = job
-    rng = random.Random(f"{seed}/{dupe}/{start}")
-    out = []
-    for d in range(start, stop):
-        out.extend(create_instances_from_document(_DOCUMENTS, d, options, vocab.masking, rng))
-    return out
-
-
-def make_instances(corpus, dupe_factor, seed, max_seq_length=128, max_predictions=20,
-                   whole_word_mask=False, workers=None):
-    """Token-id documents → padded feature arrays, `dupe_factor` passes with different masks."""
-    global _DOCUMENTS
-    from kbert.data.pretraining import Options
-    data = np.load(corpus)
-    tokens = data["tokens"].astype(np.int64).tolist()
-    ends = np.cumsum(data["sentence_lengths"])
-    sentences = [tokens[e - n:e] for e, n in zip(ends, data["sentence_lengths"])]
-    doc_ends = np.cumsum(data["document_lengths"])
-    _DOCUMENTS = [sentences[e - n:e] for e, n in zip(doc_ends, data["document_lengths"])]
-    vocab = _Vocabulary(data["vocab"].tolist())
-    options = Options(max_seq_length, max_predictions, 0.15, 0.1, dupe_factor, whole_word_mask,
-                      seed)
-    step = 16
-    jobs = [(seed, dupe, s, min(s + step, len(_DOCUMENTS)), options, vocab)
-            for dupe in range(dupe_factor) for s in range(0, len(_DOCUMENTS), step)]
-    with multiprocessing.get_context("fork").Pool(workers or os.cpu_count()) as pool:
-        instances = [i for part in pool.imap(_instances, jobs, chunksize=4) for i in part]
-    random.Random(f"{seed}/shuffle").shuffle(instances)
-    n, T, P = len(instances), max_seq_length, max_predictions
-    arrays = {k: np.zeros((n, P if k.startswith("masked") else T), np.int32) for k in FEATURES}
-    arrays["masked_lm_weights"] = np.zeros((n, P), np.float32)
-    arrays["next_sentence_labels"] = np.zeros((n, 1), np.int32)
-    for i, inst in enumerate(instances):
-        k, m = len(inst.input_ids), len(inst.masked_lm_positions)
-        arrays["input_ids"][i, :k] = inst.input_ids
-        arrays["segment_ids"][i, :k] = inst.segment_ids
-        arrays["input_mask"][i, :k] = 1
-        arrays["masked_lm_positions"][i, :m] = inst.masked_lm_positions
-        arrays["masked_lm_ids"][i, :m] = inst.masked_lm_ids
-        arrays["masked_lm_weights"][i, :m] = 1.0
-        arrays["next_sentence_labels"][i, 0] = int(inst.is_random_next)
-    return arrays, vocab.vocab
-
-
-def split(arrays):
-    x = {k: arrays[k] for k in INPUTS}
-    y = {"mlm_logits": arrays["masked_lm_ids"], "nsp_logits": arrays["next_sentence_labels"]}
-    w = {"mlm_logits": arrays["masked_lm_weights"],
-         "nsp_logits": np.ones(len(arrays["input_ids"]), np.float32)}
-    return x, y, w
-
-
-def batches(arrays, batch_size, seed):
-    """Endless (x, y, sample_weight) batches of `arrays` for `fit`, reshuffled every pass (one
-    fancy index per array and batch)."""
-    x, y, w = split(arrays)
-    n = len(arrays["input_ids"])
-    rng = np.random.default_rng(seed)
-    while True:
-        order = rng.permutation(n)
-        for s in range(0, n - batch_size + 1, batch_size):
-            idx = order[s:s + batch_size]
-            yield tuple({k: v[idx] for k, v in part.items()} for part in (x, y, w))
-
-
-def evaluate(model, arrays, batch_size=256):
-    """Held-out MLM and NSP accuracy, counted exactly (every real prediction once)."""
-    correct = total = nsp = 0
-    n = len(arrays["input_ids"])
-    for s in range(0, n, batch_size):
-        x, y, w = split({k: v[s:s + batch_size] for k, v in arrays.items()})
-        out = model.predict_on_batch(x)
-        mlm = np.argmax(np.asarray(out["mlm_logits"], np.float32), -1)
-        real = w["mlm_logits"] > 0
-        correct += int(((mlm == y["mlm_logits"]) & real).sum())
-        total += int(real.sum())
-        nsp += int((np.argmax(np.asarray(out["nsp_logits"], np.float32), -1)
-                    == y["nsp_logits"][:, 0]).sum())
-    return {"mlm_accuracy": correct / total, "nsp_accuracy": nsp / n, "examples": n}
-
-
-# --- train (no TensorFlow needed on JAX/PyTorch) ------------------------------------------------
 def train(args):
-    import keras
-
-    from kbert import checkpoint
-    from kbert.optimization import create_optimizer
-    from kbert.training import build_pretrainer
-    from kbert.training.callbacks import StopAfter, TrainingMetrics
+    """Anywhere: BERT's instances from the token ids, then `fit` (kbert.training.arrays)."""
+    from kbert.data.pretraining import Options
+    from kbert.training import evaluate_pretraining
+    from kbert.training.arrays import pretrain_arrays
 
     started = time.perf_counter()
-    keras.utils.set_random_seed(args.seed)
-    arrays, vocab = make_instances(args.corpus, args.dupe_factor, args.seed,
-                                   args.max_seq_length, args.max_predictions_per_seq,
-                                   args.whole_word_mask)
-    n = len(arrays["input_ids"])
-    print(f"{n} instances ({args.dupe_factor} passes over the documents) in "
-          f"{time.perf_counter() - started:.0f} s; NotNext "
-          f"{arrays['next_sentence_labels'].mean():.3f}", flush=True)
-    if args.mixed_precision:
-        keras.mixed_precision.set_global_policy(args.mixed_precision)
-    model, _, lower = build_pretrainer(args.config, args.init, vocab, dtype=args.mixed_precision)
-    warmup = args.warmup_steps if args.warmup_steps is not None else args.steps // 100
-    model.compile(create_optimizer("adamw", args.learning_rate, args.steps, warmup,
-                                   args.weight_decay),
-                  jit_compile=keras.backend.backend() != "torch")
-    heldout = dict(np.load(args.eval)) if args.eval else None
+    corpus = arrays.load(args.corpus)
+    data = arrays.segment_pairs(corpus, Options(
+        args.max_seq_length, args.max_predictions_per_seq, dupe_factor=args.dupe_factor,
+        whole_word_mask=args.whole_word_mask, seed=args.seed))
+    print(f"{len(data['input_ids'])} instances ({args.dupe_factor} passes over the documents) "
+          f"in {time.perf_counter() - started:.0f} s; NotNext "
+          f"{data['next_sentence_labels'].mean():.3f}", flush=True)
+    vocab = corpus["vocab"].tolist()
+    heldout = arrays.load(args.eval) if args.eval else None
+    result = pretrain_arrays(
+        data, args.output, config=args.config, init=args.init, vocab=vocab,
+        batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
+        learning_rate=args.learning_rate, weight_decay=args.weight_decay,
+        log_every=args.log_every, seed=args.seed, mixed_precision=args.mixed_precision,
+        max_seconds=args.max_seconds, save_dtype=args.save_dtype)
+    summary = {"updates": result.steps, "batch_size": args.batch_size,
+               "instances": len(data["input_ids"]),
+               "wall_seconds": round(time.perf_counter() - started, 1),
+               "history": {k: [round(float(v), 4) for v in vs]
+                           for k, vs in result.history.items()}}
     if heldout:
-        print("held-out before:", json.dumps(evaluate(model, heldout)), flush=True)
-
-    class Deadline(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if args.max_seconds and time.perf_counter() - started > args.max_seconds:
-                print(f"\nstopping at the {args.max_seconds} s limit", flush=True)
-                self.model.stop_training = True
-
-    epoch_steps = args.log_every
-    history = model.fit(batches(arrays, args.batch_size, args.seed), steps_per_epoch=epoch_steps,
-                        epochs=-(-args.steps // epoch_steps),
-                        callbacks=[TrainingMetrics(args.batch_size), StopAfter(args.steps),
-                                   Deadline()], verbose=2)
-    steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-    result = {"updates": steps, "batch_size": args.batch_size, "instances": n,
-              "wall_seconds": round(time.perf_counter() - started, 1),
-              "history": {k: [round(float(v), 4) for v in vs] for k, vs in
-                          history.history.items()}}
-    if heldout:
-        result["heldout"] = evaluate(model, heldout)
-    checkpoint.save(args.output, model, vocab=vocab, do_lower_case=lower, dtype=args.save_dtype)
-    print(json.dumps(result), flush=True)
+        summary["heldout"] = evaluate_pretraining(result.model, heldout, 256)
+    print(json.dumps(summary), flush=True)
 
 
 def main():

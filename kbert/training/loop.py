@@ -496,24 +496,30 @@ def objective_of(model):
 
 
 def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
-    """Held-out accuracy and loss of a pretraining model (compiled or not) on shards: MLM and
-    NSP for a `BertPretrainer` (MLM alone without an NSP head), next-token `lm_` ones for a
+    """Held-out accuracy and loss of a pretraining model (compiled or not) on shards, or on a
+    dict of feature arrays (`kbert.data.arrays`, no TensorFlow needed): MLM and NSP for a
+    `BertPretrainer` (MLM alone without an NSP head), next-token `lm_` ones for a
     `BertLeftToRightLM` (its loss is the log of the perplexity).
 
-    Reads every record once in file order (no shuffling, no repetition).
+    Reads every record once in order (no shuffling, no repetition).
 
     Example:
     >>> model = kbert.load("ckpt").task_model("pretraining")          # doctest: +SKIP
     >>> evaluate_pretraining(model, "heldout/")                       # doctest: +SKIP
     {'mlm_accuracy': 0.55, 'nsp_accuracy': 0.9, 'mlm_loss': 2.4, 'nsp_loss': 0.25, 'examples': 1553}
     """
-    from kbert.data import inputs
     if not getattr(model, "compiled", False):
         model.compile()
-    ds = inputs.pretraining_dataset(str(data), batch_size, is_training=False)
-    ds = ds.map(inputs.targets_for(objective_of(model)))
-    examples = sum(1 for _ in inputs.pretraining_dataset(str(data), 4096, is_training=False)
-                   .unbatch())
+    if isinstance(data, dict):
+        from kbert.data import arrays
+        ds = arrays.Batches(data, batch_size, objective_of(model), shuffle=False)
+        examples = len(data["input_ids"])
+    else:
+        from kbert.data import inputs
+        ds = inputs.pretraining_dataset(str(data), batch_size, is_training=False)
+        ds = ds.map(inputs.targets_for(objective_of(model)))
+        examples = sum(1 for _ in inputs.pretraining_dataset(str(data), 4096, is_training=False)
+                       .unbatch())
     out = model.evaluate(ds, steps=max_batches, return_dict=True, verbose=0)
     result, single = {}, len(model.outputs_trained) == 1
     for output in model.outputs_trained:                 # "mlm_logits" -> "mlm_accuracy", ...

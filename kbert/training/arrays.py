@@ -1,0 +1,82 @@
+"""Pretraining from NumPy arrays (`kbert.data.arrays`): `model.fit` without TensorFlow.
+
+The model, optimizer (AdamW, no decay on LayerNorm or biases, warmup then linear decay,
+clipping 1.0), objectives and losses are those of `kbert.training.pretrain`; only the feed
+differs: a `keras.utils.PyDataset` of arrays instead of tf.data over shards. What it leaves
+out (distribution strategies, backups mid-run, phases) is what a single accelerator run of
+minutes does not need; a run is repeatable from its seed.
+
+Example:
+>>> from kbert.data import arrays
+>>> data = arrays.segment_pairs(arrays.load("corpus.npz"))                # doctest: +SKIP
+>>> result = pretrain_arrays(data, "out/ckpt", config="mini", vocab=vocab,  # doctest: +SKIP
+...                          batch_size=256, steps=5000, learning_rate=5e-4)
+"""
+
+import math
+import time
+import warnings
+
+import keras
+
+from kbert import checkpoint as checkpoint_lib
+from kbert.optimization import batches_seen, create_optimizer
+from kbert.training.callbacks import StopAfter, TrainingMetrics
+from kbert.training.loop import PretrainResult, build_pretrainer
+
+
+def pretrain_arrays(arrays, output=None, config=None, init=None, vocab=None,
+                    objective="mlm_nsp", batch_size=256, steps=1000, warmup_steps=None,
+                    learning_rate=1e-4, weight_decay=0.01, dynamic_masking=None,
+                    log_every=200, seed=0, mixed_precision=None, jit_compile="auto",
+                    max_seconds=None, save_dtype="float32", verbose=2):
+    """Pretrains on feature arrays and returns a `PretrainResult` (saving `output` if given).
+
+    Args:
+        arrays: `kbert.data.arrays` features (`segment_pairs`' static masks), or with
+            `dynamic_masking` rows of `input_ids`, `segment_ids`, `input_mask` (any masks they
+            carry are put back first).
+        config, init, vocab, objective: as `build_pretrainer` (a preset from scratch, or a
+            checkpoint to continue).
+        dynamic_masking: None (the arrays' own masks), or max_predictions_per_seq: every
+            batch masked anew (`kbert.data.arrays.DynamicMasking`).
+        log_every: updates per logged point of the curve (a Keras epoch).
+        warmup_steps: default 1% of `steps`.
+        max_seconds: stop (and save) after this wall time.
+    """
+    from kbert.data import arrays as arrays_lib
+    started = time.perf_counter()
+    if steps < 1 or batch_size < 1 or log_every < 1:
+        raise ValueError("need steps >= 1, batch_size >= 1, log_every >= 1")
+    keras.utils.set_random_seed(seed)
+    if mixed_precision:
+        keras.mixed_precision.set_global_policy(mixed_precision)
+    model, vocab, lower = build_pretrainer(config, init, vocab, dtype=mixed_precision,
+                                           objective=objective)
+    masking = None
+    if dynamic_masking:
+        if "masked_lm_weights" in arrays:
+            arrays = arrays_lib.unmask(arrays)
+        arrays = {k: arrays[k] for k in ("input_ids", "segment_ids", "input_mask")}
+        masking = arrays_lib.DynamicMasking(vocab, dynamic_masking)
+    warmup = steps // 100 if warmup_steps is None else warmup_steps
+    model.compile(create_optimizer("adamw", learning_rate, steps, warmup, weight_decay),
+                  jit_compile=jit_compile)
+    feed = arrays_lib.Batches(arrays, batch_size, objective, steps_per_epoch=log_every,
+                              masking=masking, seed=seed)
+
+    class Deadline(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if max_seconds and time.perf_counter() - started > max_seconds:
+                self.model.stop_training = True
+
+    with warnings.catch_warnings():   # without an NSP head the pooler is unused
+        warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
+        history = model.fit(feed, epochs=math.ceil(steps / log_every), shuffle=False,
+                            callbacks=[TrainingMetrics(batch_size), StopAfter(steps),
+                                       Deadline()], verbose=verbose)
+    done = batches_seen(model.optimizer)
+    if output:
+        checkpoint_lib.save(output, model, vocab=vocab, do_lower_case=lower, dtype=save_dtype)
+    return PretrainResult(model, done, history.history, interrupted=done < steps,
+                          output=output, wall_seconds=time.perf_counter() - started)
