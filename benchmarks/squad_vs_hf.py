@@ -10,8 +10,8 @@ On a GPU every engine trains in bfloat16 (kbert `mixed_bfloat16`, HF `torch.auto
 - kbert: the task model, optimizer and length-bucketed batches of `kbert finetune squad`
   (each batch padded to its own longest row, widths in steps of 16), `model.fit`, XLA on JAX,
   `jit_compile="auto"` on PyTorch (torch.compile on CUDA). The batches come from a
-  `keras.utils.PyDataset` rather than `kbert finetune`'s tf.data, so nothing here needs
-  TensorFlow.
+  `keras.utils.PyDataset` (`kbert.finetune.batching.Batches`, what `kbert finetune` feeds on
+  JAX and PyTorch), so nothing here needs TensorFlow.
 - HF: the plain PyTorch loop of `run_qa.py` (random batches padded to 384, its default
   `pad_to_max_length`; `hf-longest` pads each batch to its longest row instead), fused AdamW,
   `get_linear_schedule_with_warmup`.
@@ -131,28 +131,8 @@ def engine_kbert(args):
     features = {k: train[k] for k in ("input_ids", "segment_ids", "input_mask")}
     labels = {"start_logits": train["start_positions"], "end_logits": train["end_positions"]}
 
-    class Batches(keras.utils.PyDataset):
-        """kbert's length-bucketed batches (batching.length_batches), a new order each epoch."""
-
-        def __init__(self):
-            super().__init__()
-            self.lengths, self.epoch = batching.sequence_lengths(features), 0
-            self.on_epoch_end()
-
-        def on_epoch_end(self):
-            self.epoch += 1
-            self.index = batching.length_batches(self.lengths, args.batch_size, bucket=True,
-                                                 shuffle=True, seed=args.seed + self.epoch)
-
-        def __len__(self):
-            return len(self.index)
-
-        def __getitem__(self, i):
-            rows = batching.take({**features, **labels}, self.index[i], PAD_TO_MULTIPLE,
-                                 self.lengths)
-            return ({k: rows[k] for k in features}, {k: rows[k] for k in labels})
-
-    data = Batches()
+    data = batching.Batches({**features, **labels}, args.batch_size, list(labels),
+                            shuffle=True, seed=args.seed, multiple=PAD_TO_MULTIPLE)
     steps_per_epoch = len(data)
     steps = steps_per_epoch * args.epochs
     model.compile(optimizer=create_optimizer("adamw", args.learning_rate, steps,

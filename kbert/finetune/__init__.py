@@ -6,7 +6,8 @@
                    each task's reader, features and post-processing (numpy; no model imported)
     batching.py    length-bucketed batches padded only to their own longest row
     metrics.py     the official metric definitions (SQuAD, GLUE, conlleval)
-    loop.py        `finetune` (train, score dev each epoch, keep the best) and `evaluate`
+    loop.py        `finetune` (train, score dev each epoch, keep the best), `encode` (the
+                   tokenized sets, once: fine-tuning from them needs no TensorFlow), `evaluate`
 """
 
 from kbert._lazy import lazy_attributes
@@ -15,8 +16,8 @@ from kbert._lazy import lazy_attributes
 # reads only the numpy modules above, and must not import the training loop (Keras' whole
 # training stack) with them.
 _LAZY = {
-    **dict.fromkeys(["PAD_TO_MULTIPLE", "FinetuneResult", "KeepBest", "evaluate", "finetune",
-                     "predict"], "kbert.finetune.loop"),
+    **dict.fromkeys(["PAD_TO_MULTIPLE", "Encoded", "FinetuneResult", "KeepBest", "encode",
+                     "evaluate", "finetune", "predict"], "kbert.finetune.loop"),
     **dict.fromkeys(["TASKS", "get_task"], "kbert.finetune.tasks"),
 }
 __all__ = sorted(_LAZY)

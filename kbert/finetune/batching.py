@@ -67,6 +67,31 @@ def take(features, index, multiple=1, lengths=None):
                 else np.asarray(v)[index]) for k, v in features.items()}
 
 
+def _pack(batch, input_keys, label_keys, weight_key):
+    x = {k: batch[k] for k in input_keys}
+    y = batch[label_keys[0]] if len(label_keys) == 1 else {k: batch[k] for k in label_keys}
+    out = (x, y) if label_keys else (x,)
+    return out + ((batch[weight_key],) if weight_key else ())
+
+
+def _keys(features, label_keys, weight_key):
+    label_keys = [label_keys] if isinstance(label_keys, str) else list(label_keys)
+    extra = set(label_keys) | ({weight_key} if weight_key else set())
+    return [k for k in features if k not in extra], label_keys
+
+
+def feed(features, batch_size, label_keys=(), weight_key=None, bucket=True, shuffle=False,
+         seed=0, pool=50, multiple=1):
+    """The batches `fit` reads, as `to_dataset` makes them: a `tf.data.Dataset` on the
+    TensorFlow backend, a `keras.utils.PyDataset` (`Batches`) on JAX and PyTorch, which
+    needs no TensorFlow. Returns (the feed, batches per epoch)."""
+    import keras
+    make = to_dataset if keras.backend.backend() == "tensorflow" else _batches()
+    data = make(features, batch_size, label_keys, weight_key, bucket, shuffle, seed, pool,
+                multiple)
+    return data, len(length_batches(sequence_lengths(features), batch_size))
+
+
 def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True,
                shuffle=False, seed=0, pool=50, multiple=1):
     """A `tf.data.Dataset` of `(inputs, labels[, weights])` batches with per-batch padding.
@@ -80,9 +105,7 @@ def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True
     """
     import tensorflow as tf
 
-    label_keys = [label_keys] if isinstance(label_keys, str) else list(label_keys)
-    extra = set(label_keys) | ({weight_key} if weight_key else set())
-    input_keys = [k for k in features if k not in extra]
+    input_keys, label_keys = _keys(features, label_keys, weight_key)
 
     def spec(key):
         a = np.asarray(features[key])
@@ -91,10 +114,7 @@ def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True
         return tf.TensorSpec(shape, tf.as_dtype(a.dtype))
 
     def pack(batch):
-        x = {k: batch[k] for k in input_keys}
-        y = batch[label_keys[0]] if len(label_keys) == 1 else {k: batch[k] for k in label_keys}
-        out = (x, y) if label_keys else (x,)
-        return out + ((batch[weight_key],) if weight_key else ())
+        return _pack(batch, input_keys, label_keys, weight_key)
 
     epoch = [0]
 
@@ -108,3 +128,47 @@ def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True
     count = len(length_batches(sequence_lengths(features), batch_size))
     return tf.data.Dataset.from_generator(generate, output_signature=pack(signature)).apply(
         tf.data.experimental.assert_cardinality(count)).prefetch(tf.data.AUTOTUNE)
+
+
+def _batches_class():
+    import keras
+
+    class Batches(keras.utils.PyDataset):
+        """`to_dataset`'s batches as a `keras.utils.PyDataset` (no TensorFlow): the same
+        per-batch padding and bucketing, a new seeded order each epoch (seed + epoch)."""
+
+        def __init__(self, features, batch_size, label_keys=(), weight_key=None, bucket=True,
+                     shuffle=False, seed=0, pool=50, multiple=1):
+            super().__init__()
+            self.features, self.batch_size, self.bucket = features, batch_size, bucket
+            self.shuffle, self.seed, self.pool, self.multiple = shuffle, seed, pool, multiple
+            self.input_keys, self.label_keys = _keys(features, label_keys, weight_key)
+            self.weight_key = weight_key
+            self.lengths, self.epoch = sequence_lengths(features), 0
+            self.on_epoch_end()
+
+        def on_epoch_end(self):
+            self.epoch += 1
+            self.index = length_batches(self.lengths, self.batch_size, self.bucket,
+                                        self.shuffle, self.seed + self.epoch, self.pool)
+
+        def __len__(self):
+            return len(self.index)
+
+        def __getitem__(self, i):
+            batch = take(self.features, self.index[i], self.multiple, self.lengths)
+            return _pack(batch, self.input_keys, self.label_keys, self.weight_key)
+
+    return Batches
+
+
+def _batches():
+    if "Batches" not in globals():
+        globals()["Batches"] = _batches_class()
+    return globals()["Batches"]
+
+
+def __getattr__(name):       # Batches subclasses keras.utils.PyDataset: Keras on first use
+    if name == "Batches":
+        return _batches()
+    raise AttributeError(name)

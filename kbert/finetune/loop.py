@@ -33,7 +33,7 @@ from kbert.optimization import create_optimizer
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
 PAD_TO_MULTIPLE = 16   # batch widths rounded up: few shapes for XLA / JAX to compile
 
-__all__ = ["TASKS", "finetune", "evaluate", "predict", "FinetuneResult"]
+__all__ = ["TASKS", "finetune", "encode", "evaluate", "predict", "Encoded", "FinetuneResult"]
 
 
 def predict(model, features, batch_size=64, sequence_output=False, multiple=PAD_TO_MULTIPLE):
@@ -110,6 +110,55 @@ def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
 
 
 @dataclasses.dataclass
+class Encoded:
+    """A task's training and dev files read and tokenized once, for one vocabulary
+    (`encode`). `finetune(..., encoded=...)` trains from it without reading or tokenizing,
+    so without TensorFlow: encode where TensorFlow is, pickle it, fine-tune anywhere."""
+
+    task: str
+    vocab: list
+    do_lower_case: bool
+    max_seq_length: int
+    options: dict          # the head's options (e.g. the labels found in the training file)
+    train: object          # the task's encoded sets (`spec.encode`'s)
+    dev: object
+
+
+def encode(task: str, vocab, train: str | os.PathLike, dev: str | os.PathLike,
+           max_seq_length: int | None = None, do_lower_case: bool = True,
+           max_train_examples: int | None = None,
+           task_options: dict | None = None) -> Encoded:
+    """Reads and tokenizes a task's `train` and `dev` files (TensorFlow Text) into an `Encoded`.
+
+    Args:
+        vocab: a `vocab.txt` path or token list: the checkpoint's that will be fine-tuned.
+        max_seq_length: default: the task's (128; SQuAD 384).
+        max_train_examples: keep the first N training examples only.
+    """
+    from kbert.config import read_vocab
+    from kbert.tokenizer import Tokenizer  # TensorFlow Text; training from Encoded runs without
+    spec = get_task(task, **(task_options or {}))
+    vocab = list(read_vocab(vocab) if isinstance(vocab, (str, os.PathLike)) else vocab)
+    length = max_seq_length or spec.max_seq_length
+    tokenizer = Tokenizer(vocab, lower_case=do_lower_case)
+    train_data, dev_data = spec.read(train), spec.read(dev)
+    if max_train_examples:
+        train_data = spec.head_of(train_data, max_train_examples)
+    options = spec.head_options(train_data)
+    return Encoded(spec.name, vocab, do_lower_case, length, options,
+                   spec.encode(tokenizer, train_data, length, training=True, options=options),
+                   spec.encode(tokenizer, dev_data, length, training=False, options=options))
+
+
+def _check_encoded(encoded, spec, ckpt, init):
+    if encoded.task != spec.name:
+        raise ValueError(f"the encoded data is for {encoded.task}, not {spec.name}")
+    if list(encoded.vocab) != list(ckpt.vocab) or encoded.do_lower_case != ckpt.do_lower_case:
+        raise ValueError(f"the encoded data was tokenized with another vocabulary than {init}'s")
+    _max_seq_length(spec, encoded.max_seq_length, ckpt.config)     # fits the positions
+
+
+@dataclasses.dataclass
 class FinetuneResult:
     output: str
     metric: str            # the dev metric that picked the best epoch
@@ -171,7 +220,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
              save_dtype: str = "float32", eval_batch_size: int = 64,
              max_train_examples: int | None = None, bucketing: bool = True,
              model_card: str | None = None, verbose: bool = True,
-             task_options: dict | None = None) -> "FinetuneResult":
+             task_options: dict | None = None,
+             encoded: Encoded | None = None) -> "FinetuneResult":
     """Fine-tunes `init` on `train`, keeping the epoch with the best `dev` score in `output`.
 
     Args:
@@ -192,6 +242,9 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
             `output` is kept).
         task_options: `get_task`'s column options (`text_column`, `text_pair_column`,
             `label_column`) for the own-data tasks.
+        encoded: `encode(...)`'s sets, made with the checkpoint's vocabulary: nothing is read
+            or tokenized (`train`, `dev`, `max_seq_length`, `max_train_examples` are those
+            it was made with; the paths only name the files in the model card).
     Returns a `FinetuneResult`.
     """
     started = time.perf_counter()
@@ -202,23 +255,23 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
         raise ValueError("--tune-null-threshold is for squad2 only")
     keras.utils.set_random_seed(seed)
     ckpt = checkpoint_lib.load(init)
-    length = _max_seq_length(spec, max_seq_length, ckpt.config)
-    from kbert.tokenizer import Tokenizer
-    tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
-    train_data, dev_data = spec.read(train), spec.read(dev)
-    if max_train_examples:
-        train_data = spec.head_of(train_data, max_train_examples)
-    options = spec.head_options(train_data)
-    train_set = spec.encode(tokenizer, train_data, length, training=True, options=options)
-    dev_set = spec.encode(tokenizer, dev_data, length, training=False, options=options)
+    if encoded is None:
+        encoded = encode(task, ckpt.vocab, train, dev,
+                         _max_seq_length(spec, max_seq_length, ckpt.config),
+                         ckpt.do_lower_case, max_train_examples, task_options)
+    else:
+        _check_encoded(encoded, spec, ckpt, init)
+    length, options = encoded.max_seq_length, encoded.options
+    train_set, dev_set = encoded.train, encoded.dev
 
     head = checkpoint_lib.make_head(spec.head, ckpt.backbone, options)
     ckpt.heads, ckpt.head_options = {spec.head: head}, {spec.head: options}
     model = ckpt.task_model(spec.head)
     features, label_keys, weight_key = spec.targets(train_set)
-    dataset = batching.to_dataset(features, batch_size, label_keys, weight_key, bucket=bucketing,
-                                  shuffle=True, seed=seed, multiple=PAD_TO_MULTIPLE)
-    steps = int(dataset.cardinality()) * epochs
+    dataset, per_epoch = batching.feed(features, batch_size, label_keys, weight_key,
+                                       bucket=bucketing, shuffle=True, seed=seed,
+                                       multiple=PAD_TO_MULTIPLE)
+    steps = per_epoch * epochs
     model.compile(optimizer=create_optimizer("adamw", learning_rate, steps,
                                              int(round(warmup * steps)), weight_decay),
                   jit_compile=jit_compile)     # the task model's loss and metrics

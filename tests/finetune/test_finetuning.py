@@ -93,6 +93,53 @@ def test_torch_compile_fine_tunes_like_eager(keyword_files, tmp_path):
     assert results[1].best_scores == results[0].best_scores
 
 
+@pytest.mark.multibackend
+def test_encoded_sets_fine_tune_as_the_files_do(tiny_init, keyword_files, tmp_path):
+    """`encode` once, `finetune(encoded=...)` many times: the same run as from the files."""
+    settings = dict(epochs=2, learning_rate=1e-3, seed=3, max_train_examples=48, **FAST)
+    encoded = finetune.encode("sst2", checkpoint.load(tiny_init).vocab, *keyword_files,
+                              max_seq_length=64, max_train_examples=48)
+    runs = [finetune.finetune("sst2", tiny_init, *keyword_files, str(tmp_path / "files"),
+                              **settings),
+            finetune.finetune("sst2", tiny_init, None, None, str(tmp_path / "encoded"),
+                              encoded=encoded, **settings)]
+    assert runs[0].train_examples == runs[1].train_examples == 48
+    np.testing.assert_allclose(*([h["loss"] for h in r.history] for r in runs), rtol=1e-5)
+    assert runs[0].best_scores == runs[1].best_scores
+    other = dict(encoded.__dict__, vocab=list(reversed(encoded.vocab)))
+    with pytest.raises(ValueError, match="another vocabulary"):
+        finetune.finetune("sst2", tiny_init, None, None, str(tmp_path / "bad"),
+                          encoded=finetune.Encoded(**other), **settings)
+    with pytest.raises(ValueError, match="for sst2, not mrpc"):
+        finetune.finetune("mrpc", tiny_init, None, None, str(tmp_path / "bad"),
+                          encoded=encoded, **settings)
+
+
+def test_encoded_sets_fine_tune_where_tensorflow_is_not(tiny_init, keyword_files, tmp_path):
+    """Encoded and pickled here; fine-tuned by a JAX process that cannot import TensorFlow."""
+    import pickle
+    import subprocess
+    import sys
+    path = tmp_path / "sst2.pkl"
+    path.write_bytes(pickle.dumps(finetune.encode("sst2", checkpoint.load(tiny_init).vocab,
+                                                  *keyword_files, 64)))
+    code = ("import sys, pickle\n"
+            "sys.modules['tensorflow'] = None  # any import of it fails\n"
+            "from kbert import finetune\n"
+            f"encoded = pickle.load(open({str(path)!r}, 'rb'))\n"
+            f"r = finetune.finetune('sst2', {tiny_init!r}, None, None, {str(tmp_path / 'out')!r},"
+            " encoded=encoded, epochs=5, learning_rate=1e-3, batch_size=8, verbose=False,"
+            " jit_compile=True)\n"
+            "print(r.best_scores['accuracy'])\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert float(out.stdout.split()[-1]) >= 75.0                 # it learned the keyword
+    assert checkpoint.load(str(tmp_path / "out")).heads
+
+
 def test_keep_best_saves_only_improving_epochs():
     scores = iter([{"f1": 60.0}, {"f1": 80.0}, {"f1": 70.0}])
     saved = []

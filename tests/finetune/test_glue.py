@@ -128,6 +128,18 @@ def test_sst2_bucketed_batches_pad_less(shared_data, tokenizer):
     x, y = next(iter(ds))
     assert set(x) == {"input_ids", "segment_ids", "input_mask"} and y.shape == (32,)
     assert x["input_ids"].shape[1] == int(x["input_mask"].numpy().sum(1).max())
+    # the PyDataset feed (JAX, PyTorch: no TensorFlow) gives the very same batches
+    feed = batching.Batches(features, 32, "label_ids", shuffle=True, multiple=16)
+    for epoch in range(2):
+        tf_batches = list(batching.to_dataset(features, 32, "label_ids", shuffle=True,
+                                              multiple=16).repeat(2).as_numpy_iterator())
+        tf_batches = tf_batches[epoch * len(feed):(epoch + 1) * len(feed)]
+        ours = [feed[i] for i in range(len(feed))]
+        assert len(ours) == len(tf_batches) == len(batching.length_batches(
+            batching.sequence_lengths(features), 32))
+        for (x1, y1), (x2, y2) in zip(ours, tf_batches):
+            assert (y1 == y2).all() and all((x1[k] == x2[k]).all() for k in x2)
+        feed.on_epoch_end()
 
 
 def test_evaluate_glue_metrics():
