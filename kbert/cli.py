@@ -418,6 +418,14 @@ def _add_experiments(sub):
     a.add_argument("--steps", type=int, help="pretraining updates (default 10000; quick 4)")
     a.add_argument("--data", help="the shared data folder (corpus/, glue/, squad/)")
     a.add_argument("--vocab", help="vocab.txt (default: the shipped MiniLM checkpoint's)")
+    a.add_argument("--export", metavar="DIR",
+                   help="only write what a machine without TensorFlow needs to run the plan "
+                        "(token ids, held-out features, encoded tasks) into DIR")
+    a.add_argument("--arrays", metavar="DIR",
+                   help="run from a folder --export wrote (no TensorFlow needed)")
+    a.add_argument("--work", help="data and checkpoints (default: OUTPUT/work)")
+    a.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"),
+                   help="pretrain and fine-tune in it (a GPU)")
     a.set_defaults(func=_run_ablations)
     f = which.add_parser("features", help="feature-based NER on CoNLL-2003 from a frozen "
                                           "encoder's layers (Table 7)")
@@ -434,8 +442,23 @@ def _add_experiments(sub):
 
 def _run_ablations(args):
     from kbert.experiments import ablations
+    if args.export and args.arrays:
+        raise CliError("--export writes the folder that --arrays reads: give one of them")
+    if args.export:
+        size = ablations.export(args.export, quick=args.quick, variants=args.variants,
+                                tasks=args.tasks, seeds=args.seeds, steps=args.steps,
+                                mixed_precision=args.mixed_precision, shared=args.data,
+                                vocab=args.vocab)
+        print(f"wrote {args.export} ({size / 2 ** 20:.1f} MiB); run it where TensorFlow is not "
+              f"with: kbert experiments ablations --output {args.output} --arrays {args.export}")
+        return
+    fixed = (args.quick, args.seeds, args.steps, args.mixed_precision, args.data, args.vocab)
+    if args.arrays and any(v not in (None, False) for v in fixed):
+        raise CliError("--arrays runs the plan --export fixed: give --quick, --seeds, --steps, "
+                       "--mixed-precision, --data and --vocab to --export")
     ablations.run(args.output, quick=args.quick, variants=args.variants, tasks=args.tasks,
-                  seeds=args.seeds, steps=args.steps, shared=args.data, vocab=args.vocab)
+                  seeds=args.seeds, steps=args.steps, mixed_precision=args.mixed_precision,
+                  shared=args.data, vocab=args.vocab, arrays=args.arrays, work=args.work)
     print(f"wrote {os.path.join(args.output, 'ablations.md')}")
 
 

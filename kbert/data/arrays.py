@@ -72,9 +72,11 @@ def save(path, arrays):
 
 
 def load(path):
-    """The dict of arrays in a `.npz` (loaded into memory)."""
+    """The dict of arrays in a `.npz`, loaded into memory, integers as int32 (whatever type
+    they were stored in)."""
     with np.load(path) as data:
-        return {k: data[k] for k in data.files}
+        return {k: data[k].astype(np.int32) if data[k].dtype.kind in "iu" else data[k]
+                for k in data.files}
 
 
 def documents(data):

@@ -86,6 +86,7 @@ class Plan:
     max_dev_examples: int | None = None
     seeds: int = 3
     jit_compile: str | bool = "auto"  # XLA: worth its compile time on a GPU, not in minutes
+    mixed_precision: str | None = None   # e.g. "mixed_bfloat16" on a GPU
 
 
 FULL = Plan()
@@ -139,64 +140,180 @@ def full_sentences_data(corpus, plan, pair_data):
     return {"text": train, "heldout": pair_data["heldout"]}
 
 
-def pretrain_variant(units, work, name, data, vocab, plan, log):
-    """Unit "pretrain-NAME": the variant's checkpoint, training curve and held-out scores."""
-    from kbert import training
-    variant = VARIANTS[name]
-    ckpt = os.path.join(work, "checkpoints", name)
+def _pretraining_unit(name, variant, plan, result, held_out, every, feed):
+    history = result.history
+    steps = [min(plan.steps, (i + 1) * every) for i in range(len(history["loss"]))]
+    return {"variant": name, "objective": variant.objective, "steps": result.steps,
+            "curve": {"step": steps, "loss": [float(v) for v in history["loss"]]},
+            "heldout": held_out, "seconds": round(result.wall_seconds, 1), "feed": feed}
 
-    def run():
+
+class Shards:
+    """Where TensorFlow is: the segment pairs as TFRecord shards (`create-pretraining-data`),
+    `kbert.training.pretrain` (FULL-SENTENCES straight from the text), `kbert.finetune` on the
+    task files."""
+
+    def __init__(self, units, work, shared, vocab, plan, tasks):
+        self.units, self.work, self.shared, self.vocab = units, work, shared, vocab
+        self.plan, self.tasks = plan, tasks
+        self.corpus = os.path.join(shared, "corpus")
+        self._pairs = self._files = None
+
+    def pair_data(self):
+        if self._pairs is None:    # segment pairs: the pair variants' data, everyone's held-out
+            self._pairs = make_segment_pairs(self.units, self.work, self.corpus, self.vocab,
+                                             self.plan)[1]
+        return self._pairs
+
+    def pretrain(self, name, ckpt):
+        from kbert import training
+        plan, variant = self.plan, VARIANTS[name]
+        data = (full_sentences_data(self.corpus, plan, self.pair_data())
+                if variant.inputs == "full_sentences" else self.pair_data())
         every = max(1, plan.steps // plan.curve_points)
         source = (dict(text=data["text"], text_mode="full_sentences",
                        max_seq_length=plan.max_seq_length,
                        max_predictions_per_seq=plan.max_predictions_per_seq)
                   if "text" in data else dict(data=data["train"]))
         result = training.pretrain(
-            output=ckpt, **source, config=plan.config, vocab=vocab, batch_size=plan.batch_size,
-            steps=plan.steps, warmup_steps=int(plan.warmup * plan.steps),
-            learning_rate=plan.learning_rate, checkpoint_every=every,
+            output=ckpt, **source, config=plan.config, vocab=self.vocab,
+            batch_size=plan.batch_size, steps=plan.steps,
+            warmup_steps=int(plan.warmup * plan.steps), learning_rate=plan.learning_rate,
+            checkpoint_every=every,
             dynamic_masking=variant.dynamic_masking and "text" not in data,   # text: always
-            objective=variant.objective, seed=0,
+            objective=variant.objective, seed=0, mixed_precision=plan.mixed_precision,
             verbose=0, jit_compile=plan.jit_compile)
         if result.interrupted:
             raise KeyboardInterrupt
         held_out = training.evaluate_pretraining(result.model, data["heldout"])
-        history = result.history
-        steps = [min(plan.steps, (i + 1) * every) for i in range(len(history["loss"]))]
-        return {"variant": name, "objective": variant.objective, "steps": result.steps,
-                "curve": {"step": steps, "loss": [float(v) for v in history["loss"]]},
-                "heldout": held_out, "seconds": round(result.wall_seconds, 1)}
-    if not os.path.isdir(ckpt):
-        units.forget(f"pretrain-{name}")
-    return units.run(f"pretrain-{name}", run), ckpt
+        return _pretraining_unit(name, variant, plan, result, held_out, every, "shards")
+
+    def finetune(self, name, ckpt, task, seed, output):
+        from kbert import finetune
+        if self._files is None:
+            self._files = task_files(self.units, self.work, self.shared, self.plan, self.tasks)
+        plan = self.plan
+        train, dev = self._files[task]
+        return finetune.finetune(
+            task, ckpt, train, dev, output, epochs=plan.finetune_epochs,
+            learning_rate=plan.finetune_learning_rate, batch_size=plan.finetune_batch_size,
+            seed=seed, max_train_examples=plan.max_train_examples, verbose=False,
+            jit_compile=plan.jit_compile)
+
+
+class Arrays:
+    """Where TensorFlow is not (a GPU machine with JAX or PyTorch): the folder `export` wrote.
+    The pair variants' instances are made here by the code of `create-pretraining-data`
+    (`kbert.data.arrays.segment_pairs`: the same rule and seed, other draws), FULL-SENTENCES
+    rows are masked anew for every batch (`kbert.data.arrays.DynamicMasking`), the held-out set
+    is the very shards' content, and fine-tuning reads the tasks as `kbert.finetune.encode`
+    made them."""
+
+    def __init__(self, folder, plan):
+        from kbert.config import read_vocab
+        self.folder, self.plan = folder, plan
+        self.vocab = list(read_vocab(os.path.join(folder, "vocab.txt")))
+        self._pairs = self._heldout = None
+
+    def _load(self, name):
+        from kbert.data import arrays
+        return arrays.load(os.path.join(self.folder, name))
+
+    def pretrain(self, name, ckpt):
+        from kbert.data import arrays
+        from kbert.data.pretraining import Options
+        from kbert.training import evaluate_pretraining
+        from kbert.training.arrays import pretrain_arrays
+        plan, variant = self.plan, VARIANTS[name]
+        if variant.inputs == "full_sentences":
+            data = self._load(FULL_SENTENCES)
+        else:
+            if self._pairs is None:
+                self._pairs = arrays.segment_pairs(self._load(CORPUS), Options(
+                    plan.max_seq_length, plan.max_predictions_per_seq,
+                    dupe_factor=plan.dupe_factor, seed=12345))
+            data = self._pairs
+        if self._heldout is None:
+            self._heldout = self._load(HELDOUT)
+        every = max(1, plan.steps // plan.curve_points)
+        result = pretrain_arrays(
+            data, ckpt, config=plan.config, vocab=self.vocab, objective=variant.objective,
+            batch_size=plan.batch_size, steps=plan.steps,
+            warmup_steps=int(plan.warmup * plan.steps), learning_rate=plan.learning_rate,
+            dynamic_masking=plan.max_predictions_per_seq if variant.dynamic_masking else None,
+            log_every=every, seed=0, mixed_precision=plan.mixed_precision,
+            jit_compile=plan.jit_compile, verbose=0)
+        held_out = evaluate_pretraining(result.model, self._heldout)
+        return _pretraining_unit(name, variant, plan, result, held_out, every, "arrays")
+
+    def finetune(self, name, ckpt, task, seed, output):
+        import gzip
+        import pickle
+
+        from kbert import finetune
+        with gzip.open(os.path.join(self.folder, "tasks", f"{task}.pkl.gz"), "rb") as f:
+            encoded = pickle.load(f)
+        plan = self.plan
+        return finetune.finetune(
+            task, ckpt, None, None, output, epochs=plan.finetune_epochs,
+            learning_rate=plan.finetune_learning_rate, batch_size=plan.finetune_batch_size,
+            seed=seed, verbose=False, jit_compile=plan.jit_compile, encoded=encoded)
+
+
+def run_variant(units, source, work, name, tasks, plan):
+    """Units "pretrain-NAME" (checkpoint, curve, held-out scores) and
+    "finetune-NAME-TASK-seedS" (best-epoch dev scores); a fine-tuned checkpoint is removed
+    once scored, the pretrained one is kept in `work/checkpoints/NAME`."""
+    ckpt = os.path.join(work, "checkpoints", name)
+    pending = [f"finetune-{name}-{task}-seed{seed}" for task in tasks
+               for seed in range(plan.seeds)]
+    pending = [u for u in pending if not units.done(u)]
+    if pending and not os.path.isdir(ckpt):
+        units.forget(f"pretrain-{name}")        # its checkpoint is needed, and gone
+    pretrained = units.run(f"pretrain-{name}", lambda: source.pretrain(name, ckpt))
+    cells = {}
+    for task in tasks:
+        cells[task] = []
+        for seed in range(plan.seeds):
+            output = os.path.join(work, "finetuned", f"{name}-{task}-seed{seed}")
+
+            def unit(task=task, seed=seed, output=output):
+                result = source.finetune(name, ckpt, task, seed, output)
+                return {"scores": result.best_scores, "best_epoch": result.best_epoch,
+                        "seconds": round(result.wall_seconds, 1)}
+            cells[task].append(units.run(f"finetune-{name}-{task}-seed{seed}", unit)["scores"])
+            shutil.rmtree(output, ignore_errors=True)
+    return {"pretraining": pretrained, "finetuning": cells}
 
 
 def task_files(units, work, shared, plan, tasks):
-    """Unit "task-files-...": each task's (train, dev) files; SQuAD split 18/6 by article, and
+    """Unit "task-files-...": each task's (train, dev) files (`_task_files`)."""
+    return units.run("task-files-" + "-".join(tasks),
+                     lambda: _task_files(os.path.join(work, "tasks"), shared, plan, tasks))
+
+
+def _task_files(folder, shared, plan, tasks):
+    """Each task's [train, dev] files; SQuAD split 18/6 by article (written to `folder`), and
     in quick mode the dev files cut to `max_dev_examples` rows."""
     from kbert.finetune.squad import split_by_article
-    folder = os.path.join(work, "tasks")
-
-    def run():
-        os.makedirs(folder, exist_ok=True)
-        files = {}
-        for task in tasks:
-            train, dev, _ = TASKS[task]
-            train, dev = os.path.join(shared, train), dev and os.path.join(shared, dev)
-            if task == "squad":
-                parts = split_by_article(train)
-                train, dev = (os.path.join(folder, f"squad-{p}.json") for p in ("train", "dev"))
-                for path, part in zip((train, dev), parts):
-                    report.write_atomic(path, json.dumps(_head_of_squad(
-                        part, plan.max_dev_examples) if path == dev else part))
-            elif plan.max_dev_examples:
-                with open(dev, encoding="utf-8") as f:
-                    lines = f.read().splitlines()
-                dev = os.path.join(folder, f"{task}-dev.tsv")
-                report.write_atomic(dev, "\n".join(lines[:1 + plan.max_dev_examples]) + "\n")
-            files[task] = [train, dev]
-        return files
-    return units.run("task-files-" + "-".join(tasks), run)
+    os.makedirs(folder, exist_ok=True)
+    files = {}
+    for task in tasks:
+        train, dev, _ = TASKS[task]
+        train, dev = os.path.join(shared, train), dev and os.path.join(shared, dev)
+        if task == "squad":
+            parts = split_by_article(train)
+            train, dev = (os.path.join(folder, f"squad-{p}.json") for p in ("train", "dev"))
+            for path, part in zip((train, dev), parts):
+                report.write_atomic(path, json.dumps(_head_of_squad(
+                    part, plan.max_dev_examples) if path == dev else part))
+        elif plan.max_dev_examples:
+            with open(dev, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+            dev = os.path.join(folder, f"{task}-dev.tsv")
+            report.write_atomic(dev, "\n".join(lines[:1 + plan.max_dev_examples]) + "\n")
+        files[task] = [train, dev]
+    return files
 
 
 def _head_of_squad(squad, questions):
@@ -216,67 +333,137 @@ def _head_of_squad(squad, questions):
     return dict(squad, data=articles)
 
 
-def finetune_unit(units, work, name, ckpt, task, files, seed, plan):
-    """Unit "finetune-NAME-TASK-seedS": the best-epoch dev scores (the checkpoint is removed)."""
-    from kbert import finetune
-    output = os.path.join(work, "finetuned", f"{name}-{task}-seed{seed}")
-
-    def run():
-        result = finetune.finetune(
-            task, ckpt, files[0], files[1], output, epochs=plan.finetune_epochs,
-            learning_rate=plan.finetune_learning_rate, batch_size=plan.finetune_batch_size,
-            seed=seed, max_train_examples=plan.max_train_examples, verbose=False,
-            jit_compile=plan.jit_compile)
-        return {"scores": result.best_scores, "best_epoch": result.best_epoch,
-                "seconds": round(result.wall_seconds, 1)}
-    out = units.run(f"finetune-{name}-{task}-seed{seed}", run)
-    shutil.rmtree(output, ignore_errors=True)
-    return out
+def _plan(quick, seeds, steps, mixed_precision=None):
+    plan = QUICK if quick else FULL
+    return dataclasses.replace(plan, **{k: v for k, v in (
+        ("seeds", seeds), ("steps", steps), ("mixed_precision", mixed_precision))
+        if v is not None})
 
 
 def run(output, quick=False, variants=None, tasks=None, seeds=None, shared=None,
-        vocab=None, steps=None, log=print):
+        vocab=None, steps=None, mixed_precision=None, arrays=None, work=None, log=print):
     """Runs (or resumes) every unit and writes `ablations.md`, `ablations.json`, `curves.png`.
 
     Args:
         output: the results folder (its `units/` hold what is done).
         quick: the tiny plan (`QUICK`: CPU, minutes), else `FULL` (a GPU).
-        variants, tasks: subsets of `VARIANTS`, `TASKS` (default: all).
+        variants, tasks: subsets of `VARIANTS`, `TASKS` (default: all; with `arrays`, all
+            that were exported).
         seeds: fine-tuning seeds per cell (default: the plan's).
         shared: the shared data folder (corpus/, glue/, squad/).
         vocab: the WordPiece vocabulary (default: the shipped MiniLM checkpoint's, uncased).
         steps: pretraining updates (default: the plan's).
+        mixed_precision: e.g. "mixed_bfloat16" (a GPU), for pretraining and fine-tuning.
+        arrays: a folder `export` wrote: run from it without TensorFlow (its plan, vocabulary
+            and data; `quick`, `seeds`, `steps`, `mixed_precision`, `shared`, `vocab` were
+            fixed by `export`).
+        work: where data and checkpoints go (default `output/work`).
     Returns the results dict written to `ablations.json`.
     """
-    plan = QUICK if quick else FULL
-    plan = dataclasses.replace(plan, **{k: v for k, v in (("seeds", seeds), ("steps", steps))
-                                        if v is not None})
-    variants = _choose(variants, VARIANTS, "variant")
-    tasks = _choose(tasks, TASKS, "task")
-    shared = shared or os.environ.get("KBERT_SHARED_DATA") or _default_shared()
-    vocab = vocab or _default_vocab()
     output = os.path.abspath(output)
+    work = os.path.abspath(work or os.path.join(output, "work"))
     units = Units(output, log)
-    work = os.path.join(output, "work")
+    if arrays:
+        with open(os.path.join(arrays, "plan.json"), encoding="utf-8") as f:
+            exported = json.load(f)
+        plan, quick = Plan(**exported["plan"]), exported["quick"]
+        variants = _choose(variants, {n: 0 for n in exported["variants"]}, "exported variant")
+        tasks = _choose(tasks, {n: 0 for n in exported["tasks"]}, "exported task")
+        source = Arrays(arrays, plan)
+    else:
+        plan = _plan(quick, seeds, steps, mixed_precision)
+        variants = _choose(variants, VARIANTS, "variant")
+        tasks = _choose(tasks, TASKS, "task")
+        shared = shared or os.environ.get("KBERT_SHARED_DATA") or _default_shared()
+        source = Shards(units, work, shared, vocab or _default_vocab(), plan, tasks)
+    stored, wanted = units.run("plan", lambda: dataclasses.asdict(plan)), dataclasses.asdict(plan)
+    if stored != wanted:
+        differ = ", ".join(f"{k} {stored.get(k)!r} (now {wanted.get(k)!r})"
+                           for k in sorted(set(stored) | set(wanted))
+                           if stored.get(k) != wanted.get(k))
+        raise ValueError(f"{output} holds the results of another plan: {differ}; give the "
+                         "same options, or another --output")
+    if plan.mixed_precision:
+        import keras
+        keras.mixed_precision.set_global_policy(plan.mixed_precision)
     started = time.perf_counter()
-    corpus = os.path.join(shared, "corpus")
-    pair_data = None
     results = {"plan": dataclasses.asdict(plan), "variants": {}}
-    files = task_files(units, work, shared, plan, tasks) if tasks else {}
     for name in variants:
-        if pair_data is None:      # segment pairs: the pair variants' data, everyone's held-out
-            pair_data = make_segment_pairs(units, work, corpus, vocab, plan)[1]
-        data = (full_sentences_data(corpus, plan, pair_data)
-                if VARIANTS[name].inputs == "full_sentences" else pair_data)
-        pretrained, ckpt = pretrain_variant(units, work, name, data, vocab, plan, log)
-        cells = {}
-        for task in tasks:
-            cells[task] = [finetune_unit(units, work, name, ckpt, task, files[task], seed,
-                                         plan)["scores"] for seed in range(plan.seeds)]
-        results["variants"][name] = {"pretraining": pretrained, "finetuning": cells}
+        results["variants"][name] = run_variant(units, source, work, name, tasks, plan)
     results["seconds_this_run"] = round(time.perf_counter() - started, 1)
     write_results(output, results, tasks, quick)
     return results
+
+
+CORPUS, HELDOUT, FULL_SENTENCES = "corpus-train.npz", "heldout.npz", "full-sentences.npz"
+
+
+def export(folder, quick=False, variants=None, tasks=None, seeds=None, shared=None, vocab=None,
+           steps=None, mixed_precision=None, log=print):
+    """Writes what `run(arrays=folder)` needs on a machine without TensorFlow (tokenizing is
+    done here, with TensorFlow Text): `plan.json`, `vocab.txt`, the training documents as
+    token ids (`corpus-train.npz`, for the segment-pair variants), the held-out shards'
+    features (`heldout.npz`, the evaluation set every run shares), RoBERTa's FULL-SENTENCES rows
+    unmasked (`full-sentences.npz`), and each task encoded (`tasks/TASK.pkl.gz`). Returns the
+    folder's size in bytes."""
+    import gzip
+    import pickle
+    import tempfile
+
+    from kbert.config import read_vocab
+    from kbert.data import arrays, inputs, pretraining, text
+    from kbert.finetune import encode
+    plan = _plan(quick, seeds, steps, mixed_precision)
+    variants = _choose(variants, VARIANTS, "variant")
+    tasks = _choose(tasks, TASKS, "task")
+    shared = shared or os.environ.get("KBERT_SHARED_DATA") or _default_shared()
+    vocab = list(read_vocab(vocab or _default_vocab()))
+    os.makedirs(os.path.join(folder, "tasks"), exist_ok=True)
+    train, heldout = corpus_split(os.path.join(shared, "corpus"), plan)
+    report.write_atomic(os.path.join(folder, "vocab.txt"), "\n".join(vocab) + "\n")
+    if any(VARIANTS[v].inputs == "segment_pairs" for v in variants):
+        log(f"{CORPUS}: tokenizing {len(train)} documents")
+        arrays.save(os.path.join(folder, CORPUS), arrays.token_documents(train, vocab))
+    log(f"{HELDOUT}: {len(heldout)} held-out documents as segment pairs")
+    with tempfile.TemporaryDirectory() as tmp:
+        pretraining.create_pretraining_data(
+            heldout, vocab, tmp, pretraining.Options(plan.max_seq_length,
+                                                     plan.max_predictions_per_seq,
+                                                     dupe_factor=plan.dupe_factor, seed=12345),
+            progress=False, overwrite=True, workers=min(plan.data_workers, os.cpu_count() or 1))
+        arrays.save(os.path.join(folder, HELDOUT), _compact(arrays.from_dataset(
+            inputs.pretraining_dataset(tmp, 4096, is_training=False))))
+    if any(VARIANTS[v].inputs == "full_sentences" for v in variants):
+        log(f"{FULL_SENTENCES}: packing {len(train)} documents")
+        ds = text.text_pretraining_dataset(
+            train, vocab, 4096, plan.max_seq_length, plan.max_predictions_per_seq,
+            mode="full_sentences", epochs=1, drop_remainder=False).map(inputs.unmask)
+        rows = arrays.from_dataset(ds, ("input_ids", "segment_ids", "input_mask"))
+        arrays.save(os.path.join(folder, FULL_SENTENCES), _compact(rows))
+    squad_like = _task_files(os.path.join(folder, "files"), shared, plan, tasks)
+    for task in tasks:
+        log(f"tasks/{task}.pkl.gz: encoding")
+        encoded = encode(task, vocab, *squad_like[task],
+                         max_train_examples=plan.max_train_examples)
+        with gzip.open(os.path.join(folder, "tasks", f"{task}.pkl.gz"), "wb") as f:
+            pickle.dump(encoded, f)
+    shutil.rmtree(os.path.join(folder, "files"))
+    report.write_atomic(os.path.join(folder, "plan.json"), json.dumps(
+        {"plan": dataclasses.asdict(plan), "quick": quick, "variants": variants,
+         "tasks": tasks}, indent=2))
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
+
+
+def _compact(features):
+    """Integer features in the smallest unsigned type that holds them (`arrays.load` gives
+    int32 back)."""
+    import numpy as np
+    out = {}
+    for k, v in features.items():
+        if v.dtype.kind in "iu" and v.size and 0 <= v.min() and v.max() < 1 << 16:
+            v = v.astype(np.uint8 if v.max() < 256 else np.uint16)
+        out[k] = v
+    return out
 
 
 def _choose(names, known, what):

@@ -61,13 +61,65 @@ def test_quick_ablations_run_once_then_resume(tmp_path):
     assert (out / "curves.png").stat().st_size > 1000
     assert sorted(os.listdir(out / "units")) == [
         "data.json", "finetune-ltr-sst2-seed0.json", "finetune-roberta-sst2-seed0.json",
-        "pretrain-ltr.json", "pretrain-roberta.json", "task-files-sst2.json"]
+        "plan.json", "pretrain-ltr.json", "pretrain-roberta.json", "task-files-sst2.json"]
 
     logged.clear()                                              # a second run only reads back
     again = ablations.run(out, quick=True, variants=["ltr"], tasks=["sst2"], shared=str(shared),
                           vocab=vocab, log=logged.append)
     assert logged and all(line.endswith("done already, skipped") for line in logged), logged
     assert again["variants"] == {"ltr": results["variants"]["ltr"]}
+
+
+def test_exported_plan_runs_without_tensorflow_and_reads_back_here(tmp_path):
+    """`--export` (tokenizing, here) then `--arrays` in a JAX process that cannot import
+    TensorFlow (a GPU machine): every unit, the table; then the same results folder read back
+    here without running anything, and a run with another plan refused."""
+    import subprocess
+    import sys
+
+    import pytest
+    shared = tmp_path / "shared"
+    _tiny_shared(shared)
+    vocab = write_vocab(str(tmp_path), tiny_vocab())
+    folder, out = tmp_path / "export", tmp_path / "results"
+    size = ablations.export(folder, quick=True, variants=["no_nsp", "roberta"], tasks=["sst2"],
+                            shared=str(shared), vocab=vocab, log=lambda line: None)
+    assert sorted(os.listdir(folder)) == ["corpus-train.npz", "full-sentences.npz",
+                                          "heldout.npz", "plan.json", "tasks", "vocab.txt"]
+    assert 0 < size < 2 ** 20
+    code = ("import sys, runpy\n"
+            "sys.modules['tensorflow'] = None  # any import of it fails\n"
+            "sys.argv = ['kbert', 'experiments', 'ablations', '--output', sys.argv[1], "
+            "'--arrays', sys.argv[2], '--work', sys.argv[3]]\n"
+            "runpy.run_module('kbert', run_name='__main__')\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=root)
+    done = subprocess.run([sys.executable, "-c", code, str(out), str(folder),
+                           str(tmp_path / "device-work")], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(os.listdir(out / "units")) == [
+        "finetune-no_nsp-sst2-seed0.json", "finetune-roberta-sst2-seed0.json", "plan.json",
+        "pretrain-no_nsp.json", "pretrain-roberta.json"]
+    with open(out / "ablations.json") as f:
+        results = json.load(f)
+    no_nsp, roberta = (results["variants"][v]["pretraining"] for v in ("no_nsp", "roberta"))
+    assert no_nsp["feed"] == roberta["feed"] == "arrays"
+    assert no_nsp["steps"] == roberta["steps"] == ablations.QUICK.steps
+    assert no_nsp["heldout"]["examples"] == roberta["heldout"]["examples"] > 0
+    for r in (no_nsp, roberta):        # barely trained: an MLM loss near log(vocabulary)
+        assert 0.5 * math.log(len(tiny_vocab())) < r["heldout"]["mlm_loss"] < 1.5 * math.log(
+            len(tiny_vocab()))
+    assert "| No NSP |" in (out / "ablations.md").read_text()
+
+    logged = []           # here: the device's units read back, nothing run, the table again
+    again = ablations.run(out, quick=True, variants=["no_nsp", "roberta"], tasks=["sst2"],
+                          shared=str(shared), vocab=vocab, log=logged.append)
+    assert logged and all(line.endswith("done already, skipped") for line in logged), logged
+    assert again["variants"] == results["variants"]
+    with pytest.raises(ValueError, match="another plan: steps 4 \\(now 6\\)"):
+        ablations.run(out, quick=True, steps=6, variants=["no_nsp"], tasks=["sst2"],
+                      shared=str(shared), vocab=vocab, log=logged.append)
 
 
 def test_feature_based_ner_reads_each_words_first_piece():
