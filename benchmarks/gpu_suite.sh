@@ -3,10 +3,11 @@
 # but no TensorFlow and no network (Keras and keras-hub come along as wheels).
 #
 #   benchmarks/gpu_suite.sh prepare DIR          where TensorFlow and pip are: DIR gets the wheels
-#                                                (Python 3.12, x86-64) and the SQuAD windows
+#                                                (Python 3.12, x86-64), the SQuAD windows and
+#                                                the ablations' exported plan
 #   benchmarks/gpu_suite.sh run DIR LOGS [PART]  on the GPU machine; PART is one or more of
 #                                                pretrain-base pretrain-mini squad attention
-#                                                (default: all, in that order)
+#                                                (default: these, in that order) ablations
 #
 # Each part has its own time limit and writes LOGS/PART.log (and .json) as it goes, so a part
 # stopped at its limit still leaves the rows it finished. The SQuAD part starts from
@@ -19,6 +20,12 @@
 #   pretrain-mini  the same at mini, 256x128
 #   squad          benchmarks/squad_vs_hf.py: SQuAD v1.1 (18 articles), two epochs per engine
 #   attention      benchmarks/attention_gpu.py: the attention paths alone, ms and memory
+#   ablations      `kbert experiments ablations --arrays` (docs/ablations.md): the full Table 5
+#                  plan in bf16 on JAX; LOGS/ablations is the results folder (its units/ go on
+#                  where a later run stops: carry it back as --output); not in the default set
+#
+# JAX compiles are cached in /tmp/kbert-jax-cache (the same step shapes recur across parts,
+# models and fine-tuning seeds).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -35,6 +42,8 @@ prepare)
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$DIR/wheels" $WHEELS \
     || exit 1
   $PY "$ROOT/benchmarks/squad_vs_hf.py" prepare --output "$DIR/squad" || exit 1
+  $PY -m kbert experiments ablations --export "$DIR/ablations" \
+    --mixed-precision mixed_bfloat16 || exit 1
   du -sh "$DIR"
   ;;
 run)
@@ -48,7 +57,8 @@ run)
       --target /tmp/kbert-site "$DIR"/wheels/*.whl || exit 1
   fi
   export PYTHONPATH=/tmp/kbert-site:$ROOT PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3 \
-    HF_HUB_OFFLINE=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+    HF_HUB_OFFLINE=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    JAX_COMPILATION_CACHE_DIR=/tmp/kbert-jax-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
   cd "$ROOT" || exit 1
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     $PY -c "import sys, jax, torch, keras, transformers; print(sys.version.split()[0], \
@@ -71,6 +81,9 @@ run)
         --engines hf kbert-jax kbert-torch hf-longest --json "$LOGS/$part.json" ;;
     attention)
       timeout 150 $PY benchmarks/attention_gpu.py ;;
+    ablations)
+      KERAS_BACKEND=jax timeout "${ABLATIONS_TIMEOUT:-560}" $PY -m kbert experiments ablations \
+        --output "$LOGS/ablations" --arrays "$DIR/ablations" --work /tmp/kbert-ablations ;;
     *) echo "unknown part $part"; false ;;
     esac 2>&1 | tee "$LOGS/$part.log"
     echo "== $part: exit ${PIPESTATUS[0]}, $(( $(date +%s) - started )) s" \

@@ -410,7 +410,7 @@ def _add_experiments(sub):
                                            "NSP finding; Table 7 feature-based NER), resumable")
     which = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
     a = which.add_parser("ablations", help="pretraining variants x SST-2, MRPC, SQuAD v1.1")
-    a.add_argument("--output", required=True, help="results folder (re-run to resume)")
+    a.add_argument("--output", help="results folder (re-run to resume)")
     a.add_argument("--quick", action="store_true", help="tiny model, a few steps (CPU, minutes)")
     a.add_argument("--variants", nargs="+", help="bert no_nsp ltr roberta (default: all)")
     a.add_argument("--tasks", nargs="+", help="sst2 mrpc squad (default: all)")
@@ -450,8 +450,10 @@ def _run_ablations(args):
                                 mixed_precision=args.mixed_precision, shared=args.data,
                                 vocab=args.vocab)
         print(f"wrote {args.export} ({size / 2 ** 20:.1f} MiB); run it where TensorFlow is not "
-              f"with: kbert experiments ablations --output {args.output} --arrays {args.export}")
+              f"with: kbert experiments ablations --output RESULTS --arrays {args.export}")
         return
+    if not args.output:
+        raise CliError("--output (the results folder) is required")
     fixed = (args.quick, args.seeds, args.steps, args.mixed_precision, args.data, args.vocab)
     if args.arrays and any(v not in (None, False) for v in fixed):
         raise CliError("--arrays runs the plan --export fixed: give --quick, --seeds, --steps, "

@@ -141,3 +141,15 @@ def test_malicious_pickle_is_refused_in_one_line(tmp_path, capsys):
                    "instead")
     assert "pwned" not in capsys.readouterr().out
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--export", "x", "--arrays", "y", "--output", "r"], "give one of them"),
+    (["--arrays", "y", "--output", "r", "--steps", "5"], "the plan --export fixed"),
+    (["--arrays", "y", "--output", "r", "--quick"], "the plan --export fixed"),
+    (["--quick"], "--output (the results folder) is required"),
+])
+def test_ablations_options_that_cannot_go_together_are_one_line(argv, message, capsys):
+    assert cli.main(["experiments", "ablations", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err

@@ -1,1 +1,2 @@
-"""The data side: pretraining text, TFRecords and tf.data readers. Never imports a model."""
+"""The data side: pretraining text, TFRecords and tf.data readers, and the same features as
+NumPy arrays for machines without TensorFlow (`arrays`). Never imports a model."""

@@ -386,6 +386,7 @@ def run(output, quick=False, variants=None, tasks=None, seeds=None, shared=None,
     if plan.mixed_precision:
         import keras
         keras.mixed_precision.set_global_policy(plan.mixed_precision)
+    _cache_compiles(work)
     started = time.perf_counter()
     results = {"plan": dataclasses.asdict(plan), "variants": {}}
     for name in variants:
@@ -464,6 +465,19 @@ def _compact(features):
             v = v.astype(np.uint8 if v.max() < 256 else np.uint16)
         out[k] = v
     return out
+
+
+def _cache_compiles(work):
+    """On JAX, keep compiled steps in `work/jax-cache` (unless a cache is set already): the 36
+    fine-tuning runs share a few architectures and batch shapes, so after the first of each
+    the compiles are read back (a SQuAD epoch of the quick plan: 15.7 → 5.3 s on CPU)."""
+    import keras
+    if keras.backend.backend() != "jax":
+        return
+    import jax
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", os.path.join(work, "jax-cache"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 def _choose(names, known, what):

@@ -5,6 +5,8 @@
                      save_checkpoint); `build_pretrainer`, `evaluate_pretraining`
     distribution.py  one device, mirrored GPUs, multi-worker, TPU, JAX data parallel
     callbacks.py     crash-safe backups, stop after N updates, throughput logging, SIGTERM
+    arrays.py        `pretrain_arrays`: the same model, objectives and optimizer fed from NumPy
+                     arrays (`kbert.data.arrays`), where TensorFlow is not installed
 
 The optimizers (AdamW with Adam's ε on √v̂, LAMB, warmup + linear decay) live one level down
 in `kbert/optimization.py`, because the task models' `compile()` defaults use them too.
