@@ -2,9 +2,10 @@
 # The GPU timings of docs/benchmarks.md in one go, on a machine with JAX, PyTorch and transformers
 # but no TensorFlow and no network (Keras and keras-hub come along as wheels).
 #
-#   benchmarks/gpu_suite.sh prepare DIR          where TensorFlow and pip are: DIR gets the wheels
-#                                                (Python 3.12, x86-64), the SQuAD windows and
-#                                                the ablations' exported plan
+#   benchmarks/gpu_suite.sh prepare DIR [DATA]   where TensorFlow and pip are: DIR gets the wheels
+#                                                (Python 3.12, x86-64) and DATA: `squad` (the
+#                                                SQuAD windows, 0.8 MB; the default) or
+#                                                `ablations` (the exported plan, 17 MB)
 #   benchmarks/gpu_suite.sh run DIR LOGS [PART]  on the GPU machine; PART is one or more of
 #                                                pretrain-base pretrain-mini squad attention
 #                                                (default: these, in that order) ablations
@@ -20,9 +21,11 @@
 #   pretrain-mini  the same at mini, 256x128
 #   squad          benchmarks/squad_vs_hf.py: SQuAD v1.1 (18 articles), two epochs per engine
 #   attention      benchmarks/attention_gpu.py: the attention paths alone, ms and memory
-#   ablations      `kbert experiments ablations --arrays` (docs/ablations.md): the full Table 5
-#                  plan in bf16 on JAX; LOGS/ablations is the results folder (its units/ go on
-#                  where a later run stops: carry it back as --output); not in the default set
+#   ablations      `kbert experiments ablations --arrays` (docs/ablations.md): the exported
+#                  Table 5 plan (`prepare DIR ablations`; ABLATIONS_EXPORT_OPTIONS="--steps 5000"
+#                  for a shorter one) in bf16 on JAX; LOGS/ablations is the results folder (its
+#                  units/ go on where a later run stops: carry it back and name it in
+#                  ABLATIONS_RESULTS); not in the default set
 #
 # JAX compiles are cached in /tmp/kbert-jax-cache (the same step shapes recur across parts,
 # models and fine-tuning seeds).
@@ -41,9 +44,12 @@ prepare)
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$DIR/wheels" $WHEELS \
     || exit 1
-  $PY "$ROOT/benchmarks/squad_vs_hf.py" prepare --output "$DIR/squad" || exit 1
-  $PY -m kbert experiments ablations --export "$DIR/ablations" \
-    --mixed-precision mixed_bfloat16 || exit 1
+  case "${3:-squad}" in
+  squad) $PY "$ROOT/benchmarks/squad_vs_hf.py" prepare --output "$DIR/squad" || exit 1 ;;
+  ablations) $PY -m kbert experiments ablations --export "$DIR/ablations" \
+               --mixed-precision mixed_bfloat16 ${ABLATIONS_EXPORT_OPTIONS:-} || exit 1 ;;
+  *) echo "unknown data ${3}: squad or ablations"; exit 2 ;;
+  esac
   du -sh "$DIR"
   ;;
 run)
@@ -82,6 +88,9 @@ run)
     attention)
       timeout 150 $PY benchmarks/attention_gpu.py ;;
     ablations)
+      if [ -n "${ABLATIONS_RESULTS:-}" ]; then         # a results folder carried back: go on
+        mkdir -p "$LOGS/ablations" && cp -r "$ABLATIONS_RESULTS"/. "$LOGS/ablations"/
+      fi
       KERAS_BACKEND=jax timeout "${ABLATIONS_TIMEOUT:-560}" $PY -m kbert experiments ablations \
         --output "$LOGS/ablations" --arrays "$DIR/ablations" --work /tmp/kbert-ablations ;;
     *) echo "unknown part $part"; false ;;

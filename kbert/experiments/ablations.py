@@ -243,6 +243,8 @@ class Arrays:
             dynamic_masking=plan.max_predictions_per_seq if variant.dynamic_masking else None,
             log_every=every, seed=0, mixed_precision=plan.mixed_precision,
             jit_compile=plan.jit_compile, verbose=0)
+        if result.interrupted:
+            raise KeyboardInterrupt
         held_out = evaluate_pretraining(result.model, self._heldout)
         return _pretraining_unit(name, variant, plan, result, held_out, every, "arrays")
 
