@@ -289,7 +289,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
 
     def save(history):
         card = model_card or (None if card_exists else _model_card(
-            spec.name, init, train, dev, settings, history, spec.metric))
+            spec.name, init, train or "(encoded)", dev or "(encoded)", settings, history,
+            spec.metric))
         checkpoint_lib.save(output, model, vocab=ckpt.vocab, do_lower_case=ckpt.do_lower_case,
                             head_options={spec.head: score.options}, dtype=save_dtype,
                             model_card=card)
