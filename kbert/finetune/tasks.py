@@ -232,8 +232,14 @@ class TableTask(GlueTask):
             if not self.regression and e.label is not None and e.label not in labels:
                 raise ValueError(f"{e.guid}: label {e.label!r} is not one of the model's "
                                  f"labels ({', '.join(labels)})")
-        self.task = self._glue_task(labels)
-        return super().encode(tokenizer, data, max_seq_length, training, options)
+        features, _ = glue.encode_glue(tokenizer, self._glue_task(labels), data, max_seq_length)
+        return Prepared(data, features)
+
+    def score(self, prepared, outputs, options, tune=False):
+        # The labels come with the options (the checkpoint's, or the training file's), not from
+        # state left by encode: a set encoded elsewhere (`kbert.finetune.encode`) scores the same.
+        task = self._glue_task(options.get("labels") or ())
+        return glue.evaluate_glue(task, prepared.data, outputs), options
 
 
 class TagTask(ConllTask):

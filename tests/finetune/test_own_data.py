@@ -246,6 +246,27 @@ def test_cli_classify_csv_and_jsonl(tiny_init, tmp_path, capsys):
                                                              np.array(gold)))
 
 
+def test_own_labels_encoded_once_score_as_from_the_files(tiny_init, tmp_path):
+    """`encode` then `finetune(encoded=...)` on your own labels: the labels travel with the
+    encoded set (the task object that trains is not the one that encoded)."""
+    from kbert import finetune
+    from kbert.checkpoint import load
+    train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
+    for path, rows in ((train, _reviews(32, 0)), (dev, _reviews(12, 1))):
+        path.write_text("review,stars\n" + "".join(f'"{t}",{y}\n' for t, y in rows))
+    columns = {"text_column": "review", "label_column": "stars"}
+    settings = dict(epochs=1, batch_size=8, learning_rate=2e-3, jit_compile=False,
+                    verbose=False, task_options=columns)
+    encoded = finetune.encode("classify", load(tiny_init).vocab, train, dev, 64,
+                              task_options=columns)
+    assert encoded.options["labels"] == ["fast", "neg", "pos"]
+    runs = [finetune.finetune("classify", tiny_init, train, dev, tmp_path / "a", **settings),
+            finetune.finetune("classify", tiny_init, None, None, tmp_path / "b",
+                              encoded=encoded, **settings)]
+    assert runs[0].best_scores == runs[1].best_scores
+    assert set(runs[1].best_scores) == {"accuracy", "macro_f1"}
+
+
 def test_cli_regress_tsv_pairs(tiny_init, tmp_path, capsys):
     rng = np.random.default_rng(0)
     rows = [(" ".join(rng.choice(NOUNS, 3)), " ".join(rng.choice(NOUNS, 3))) for _ in range(24)]
