@@ -137,7 +137,8 @@ def next_token_batch(features):
 
 def targets_for(objective="mlm_nsp"):
     """The features → (x, y, sample_weight) map of a pretraining objective: "mlm_nsp" (the
-    paper's), "mlm" (no NSP) or "ltr" (left-to-right LM)."""
+    paper's), "mlm" (no NSP) or "ltr" (left-to-right LM). Twin: `kbert.data.arrays.targets`
+    (NumPy; tests/data/test_arrays.py holds the two equal)."""
     if objective == "mlm_nsp":
         return pretraining_targets
     if objective == "mlm":
@@ -148,7 +149,8 @@ def targets_for(objective="mlm_nsp"):
 
 
 def unmask(features):
-    """Put the original tokens back at the masked positions (a batch of feature dicts)."""
+    """Put the original tokens back at the masked positions (a batch of feature dicts).
+    Twin: `kbert.data.arrays.unmask` (NumPy)."""
     ids = features["input_ids"]                                            # [B, T]
     positions = features["masked_lm_positions"]                            # [B, P]
     real = features["masked_lm_weights"] > 0
@@ -164,7 +166,8 @@ class DynamicMasking:
 
     The rule is the static one: `min(max_predictions_per_seq, max(1, round(n * prob)))` of the
     n non-special tokens of each sequence (whole words are not kept together here), 80% become
-    `[MASK]`, 10% a random real word, 10% stay.
+    `[MASK]`, 10% a random real word, 10% stay. Twin: `kbert.data.arrays.DynamicMasking` (NumPy,
+    the same rule; tests/data/test_arrays.py checks both against it).
 
     Args:
         vocab: the token list (from `kbert.tokenizer.read_vocab`).
