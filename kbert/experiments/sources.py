@@ -128,8 +128,7 @@ class Shards:
 
 class Arrays:
     """Where TensorFlow is not (a GPU machine with JAX or PyTorch): the folder `export_data`
-    wrote.
-    The pair variants' instances are made here by the code of `create-pretraining-data`
+    wrote. The pair variants' instances are made here by the code of `create-pretraining-data`
     (`kbert.data.arrays.segment_pairs`: the same rule and seed, other draws), FULL-SENTENCES
     rows are masked anew for every batch (`kbert.data.arrays.DynamicMasking`), the held-out set
     is the very shards' content, and fine-tuning reads the tasks as `kbert.finetune.encode`
@@ -277,8 +276,10 @@ def export_data(folder, plan, variants, files, shared, vocab, log=print):
         log(f"tasks/{task}.pkl.gz: encoding")
         encoded = encode(task, vocab, *squad_like[task],
                          max_train_examples=plan.max_train_examples)
-        with gzip.open(os.path.join(folder, "tasks", f"{task}.pkl.gz"), "wb") as f:
+        path = os.path.join(folder, "tasks", f"{task}.pkl.gz")
+        with gzip.open(f"{path}.tmp{os.getpid()}", "wb") as f:
             pickle.dump(encoded, f)
+        os.replace(f"{path}.tmp{os.getpid()}", path)
     shutil.rmtree(os.path.join(folder, "files"))
 
 
