@@ -9,8 +9,8 @@ The paths, as `kbert pretrain` and `examples/pretrain_arrays.py` build them:
 - `static`: `kbert.data.inputs.pretraining_dataset` over TFRecord shards (masks written by
   `kbert create-pretraining-data`), seeded as `kbert pretrain` seeds it, then `targets_for`;
 - `dynamic`: the same with `DynamicMasking` (new masks drawn for every batch);
-- `arrays`: `kbert.data.arrays.Batches` (the feed of `examples/pretrain_arrays.py`), NumPy
-  arrays (the same shards read into memory);
+- `arrays`: `kbert.data.arrays.PretrainingBatches` (the feed of `examples/pretrain_arrays.py`),
+  NumPy arrays (the same shards read into memory);
 - `text`: `kbert.data.text.text_pretraining_dataset`, straight from the text files (sentence
   splitting, tokenization, pairs and masking in tf.data; `kbert pretrain --text`).
 
@@ -139,13 +139,13 @@ def text_batches(files, vocab, seq, preds, batch_size, cores):
 
 
 def array_batches(directory, batch_size):
-    """`kbert.data.arrays.Batches` (the feed of `kbert.training.arrays`) over the shards'
-    features read into memory."""
+    """`kbert.data.arrays.PretrainingBatches` (the feed of `kbert.training.arrays`) over the
+    shards' features read into memory."""
     import itertools
 
     from kbert.data import arrays, inputs
     data = arrays.from_dataset(inputs.pretraining_dataset(directory, 4096, is_training=False))
-    feed = arrays.Batches(data, batch_size, steps_per_epoch=10 ** 9)
+    feed = arrays.PretrainingBatches(data, batch_size, steps_per_epoch=10 ** 9)
     return (feed[i] for i in itertools.count())
 
 

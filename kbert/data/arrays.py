@@ -10,12 +10,12 @@ but no TensorFlow gets the same features from arrays:
   code of `kbert create-pretraining-data`, `DynamicMasking` re-masks rows anew for every batch
   (the NumPy twin of `kbert.data.inputs.DynamicMasking`: the same rule), `targets` gives the
   (x, y, sample_weight) of each objective (the twins of `kbert.data.inputs.targets_for`) and
-  `Batches` feeds `fit` and `evaluate`.
+  `PretrainingBatches` feeds `fit` and `evaluate`.
 
 Example:
 >>> data = load("corpus.npz")                                       # doctest: +SKIP
 >>> arrays = segment_pairs(data, Options(dupe_factor=5))            # doctest: +SKIP
->>> model.fit(Batches(arrays, 256, steps_per_epoch=500), epochs=4)  # doctest: +SKIP
+>>> model.fit(PretrainingBatches(arrays, 256, steps_per_epoch=500))  # doctest: +SKIP
 """
 
 import multiprocessing
@@ -239,7 +239,7 @@ def targets(arrays, objective="mlm_nsp"):
 def _batches_class():
     import keras
 
-    class Batches(keras.utils.PyDataset):
+    class PretrainingBatches(keras.utils.PyDataset):
         """(x, y, sample_weight) batches of feature arrays for `fit` / `evaluate`.
 
         Training (`shuffle=True`): `steps_per_epoch` batches a Keras epoch, drawn in order from
@@ -285,11 +285,11 @@ def _batches_class():
                 rows = self.masking(rows, np.random.default_rng([self.seed, 1, number]))
             return targets(rows, self.objective)
 
-    return Batches
+    return PretrainingBatches
 
 
-def __getattr__(name):       # Batches subclasses keras.utils.PyDataset: Keras on first use
-    if name == "Batches":
-        globals()["Batches"] = cls = _batches_class()
+def __getattr__(name):        # a keras.utils.PyDataset subclass: Keras imported on first use
+    if name == "PretrainingBatches":
+        globals()["PretrainingBatches"] = cls = _batches_class()
         return cls
     raise AttributeError(name)

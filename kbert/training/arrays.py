@@ -62,7 +62,7 @@ def pretrain_arrays(arrays, output=None, config=None, init=None, vocab=None,
     warmup = steps // 100 if warmup_steps is None else warmup_steps
     model.compile(create_optimizer("adamw", learning_rate, steps, warmup, weight_decay),
                   jit_compile=jit_compile)
-    feed = arrays_lib.Batches(arrays, batch_size, objective, steps_per_epoch=log_every,
+    feed = arrays_lib.PretrainingBatches(arrays, batch_size, objective, steps_per_epoch=log_every,
                               masking=masking, seed=seed)
 
     class Deadline(keras.callbacks.Callback):

@@ -515,7 +515,7 @@ def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
         model.compile()
     if isinstance(data, dict):
         from kbert.data import arrays
-        ds = arrays.Batches(data, batch_size, objective_of(model), shuffle=False)
+        ds = arrays.PretrainingBatches(data, batch_size, objective_of(model), shuffle=False)
         examples = len(data["input_ids"])
     else:
         from kbert.data import inputs

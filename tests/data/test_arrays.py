@@ -91,7 +91,7 @@ def test_dynamic_masking_follows_the_rule_of_the_tf_twin(pairs):
 
 
 def test_batches_cover_every_row_once_a_pass_and_repeat(pairs):
-    feed = arrays.Batches(pairs, 8, "mlm_nsp", steps_per_epoch=3, seed=5)
+    feed = arrays.PretrainingBatches(pairs, 8, "mlm_nsp", steps_per_epoch=3, seed=5)
     n = len(pairs["input_ids"])
     seen = []
     for epoch in range(2 * -(-(n // 8) // 3)):
@@ -104,13 +104,13 @@ def test_batches_cover_every_row_once_a_pass_and_repeat(pairs):
     assert rows != [tuple(r) for r in pairs["input_ids"][:len(rows)]]  # shuffled
     second = [r for batch in seen[n // 8:2 * (n // 8)] for r in batch]
     assert second and second[:8] != rows[:8]                          # a new order a pass
-    fresh = arrays.Batches(pairs, 8, "mlm_nsp", steps_per_epoch=3, seed=5)
+    fresh = arrays.PretrainingBatches(pairs, 8, "mlm_nsp", steps_per_epoch=3, seed=5)
     assert tuple(map(tuple, fresh[1][0]["input_ids"])) == seen[1]     # seeded: repeats
-    evaluation = arrays.Batches(pairs, 8, "ltr", shuffle=False)
+    evaluation = arrays.PretrainingBatches(pairs, 8, "ltr", shuffle=False)
     assert len(evaluation) == -(-n // 8)
     assert sum(len(evaluation[i][0]["input_ids"]) for i in range(len(evaluation))) == n
     with pytest.raises(ValueError, match="make no batch"):
-        arrays.Batches({k: v[:3] for k, v in pairs.items()}, 8)
+        arrays.PretrainingBatches({k: v[:3] for k, v in pairs.items()}, 8)
 
 
 @pytest.mark.multibackend
