@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import random
 
+import keras
 import numpy as np
 
 from kbert.config import check_special_tokens
@@ -236,60 +237,48 @@ def targets(arrays, objective="mlm_nsp"):
     return x, y, w
 
 
-def _batches_class():
-    import keras
+class PretrainingBatches(keras.utils.PyDataset):
+    """(x, y, sample_weight) batches of feature arrays for `fit` / `evaluate`.
 
-    class PretrainingBatches(keras.utils.PyDataset):
-        """(x, y, sample_weight) batches of feature arrays for `fit` / `evaluate`.
+    Training (`shuffle=True`): `steps_per_epoch` batches a Keras epoch, drawn in order from
+    passes over the rows, each pass in a new seeded order (rows left over at the end of a
+    pass are skipped); with `masking` every batch is masked anew, seeded by its number, so
+    a run repeats. Evaluation (`shuffle=False`): every row once, in order.
+    """
 
-        Training (`shuffle=True`): `steps_per_epoch` batches a Keras epoch, drawn in order from
-        passes over the rows, each pass in a new seeded order (rows left over at the end of a
-        pass are skipped); with `masking` every batch is masked anew, seeded by its number, so
-        a run repeats. Evaluation (`shuffle=False`): every row once, in order.
-        """
+    def __init__(self, arrays, batch_size, objective="mlm_nsp", steps_per_epoch=None,
+                 shuffle=True, masking=None, seed=0):
+        super().__init__()
+        self.arrays, self.batch_size, self.objective = arrays, batch_size, objective
+        self.masking, self.shuffle, self.seed = masking, shuffle, seed
+        self.rows = len(arrays["input_ids"])
+        self.per_pass = (self.rows // batch_size if shuffle
+                         else -(-self.rows // batch_size))
+        if self.per_pass < 1:
+            raise ValueError(f"{self.rows} rows make no batch of {batch_size}")
+        self.steps_per_epoch = steps_per_epoch or self.per_pass
+        self.epoch, self._orders = 0, {}
 
-        def __init__(self, arrays, batch_size, objective="mlm_nsp", steps_per_epoch=None,
-                     shuffle=True, masking=None, seed=0):
-            super().__init__()
-            self.arrays, self.batch_size, self.objective = arrays, batch_size, objective
-            self.masking, self.shuffle, self.seed = masking, shuffle, seed
-            self.rows = len(arrays["input_ids"])
-            self.per_pass = (self.rows // batch_size if shuffle
-                             else -(-self.rows // batch_size))
-            if self.per_pass < 1:
-                raise ValueError(f"{self.rows} rows make no batch of {batch_size}")
-            self.steps_per_epoch = steps_per_epoch or self.per_pass
-            self.epoch, self._orders = 0, {}
+    def __len__(self):
+        return self.steps_per_epoch
 
-        def __len__(self):
-            return self.steps_per_epoch
+    def on_epoch_end(self):
+        self.epoch += 1
 
-        def on_epoch_end(self):
-            self.epoch += 1
+    def _order(self, p):
+        if p not in self._orders:
+            self._orders = {p: np.random.default_rng([self.seed, p]).permutation(self.rows)}
+        return self._orders[p]
 
-        def _order(self, p):
-            if p not in self._orders:
-                self._orders = {p: np.random.default_rng([self.seed, p]).permutation(self.rows)}
-            return self._orders[p]
-
-        def __getitem__(self, i):
-            if not self.shuffle:
-                index = np.arange(i * self.batch_size, min((i + 1) * self.batch_size, self.rows))
-                number = i
-            else:
-                number = self.epoch * self.steps_per_epoch + i
-                p, b = divmod(number, self.per_pass)
-                index = self._order(p)[b * self.batch_size:(b + 1) * self.batch_size]
-            rows = {k: v[index] for k, v in self.arrays.items()}
-            if self.masking is not None:
-                rows = self.masking(rows, np.random.default_rng([self.seed, 1, number]))
-            return targets(rows, self.objective)
-
-    return PretrainingBatches
-
-
-def __getattr__(name):        # a keras.utils.PyDataset subclass: Keras imported on first use
-    if name == "PretrainingBatches":
-        globals()["PretrainingBatches"] = cls = _batches_class()
-        return cls
-    raise AttributeError(name)
+    def __getitem__(self, i):
+        if not self.shuffle:
+            index = np.arange(i * self.batch_size, min((i + 1) * self.batch_size, self.rows))
+            number = i
+        else:
+            number = self.epoch * self.steps_per_epoch + i
+            p, b = divmod(number, self.per_pass)
+            index = self._order(p)[b * self.batch_size:(b + 1) * self.batch_size]
+        rows = {k: v[index] for k, v in self.arrays.items()}
+        if self.masking is not None:
+            rows = self.masking(rows, np.random.default_rng([self.seed, 1, number]))
+        return targets(rows, self.objective)

@@ -139,6 +139,7 @@ class Arrays:
         self.folder, self.plan = folder, plan
         self.vocab = list(read_vocab(os.path.join(folder, "vocab.txt")))
         self._pairs = self._heldout = None
+        self._encoded = {}
 
     def _load(self, name):
         from kbert.data import arrays
@@ -165,7 +166,8 @@ class Arrays:
             data, ckpt, config=plan.config, vocab=self.vocab, objective=variant.objective,
             batch_size=plan.batch_size, steps=plan.steps,
             warmup_steps=int(plan.warmup * plan.steps), learning_rate=plan.learning_rate,
-            dynamic_masking=plan.max_predictions_per_seq if variant.dynamic_masking else None,
+            dynamic_masking=variant.dynamic_masking,
+            max_predictions_per_seq=plan.max_predictions_per_seq,
             log_every=every, seed=0, mixed_precision=plan.mixed_precision,
             jit_compile=plan.jit_compile, verbose=0)
         if result.interrupted:
@@ -178,13 +180,14 @@ class Arrays:
         import pickle
 
         from kbert import finetune
-        with gzip.open(os.path.join(self.folder, "tasks", f"{task}.pkl.gz"), "rb") as f:
-            encoded = pickle.load(f)
+        if task not in self._encoded:           # read once for all variants and seeds
+            with gzip.open(os.path.join(self.folder, "tasks", f"{task}.pkl.gz"), "rb") as f:
+                self._encoded[task] = pickle.load(f)
         plan = self.plan
         return finetune.finetune(
             task, ckpt, None, None, output, epochs=plan.finetune_epochs,
             learning_rate=plan.finetune_learning_rate, batch_size=plan.finetune_batch_size,
-            seed=seed, verbose=False, jit_compile=plan.jit_compile, encoded=encoded)
+            seed=seed, verbose=False, jit_compile=plan.jit_compile, encoded=self._encoded[task])
 
 
 def task_files(units, work, shared, plan, files):

@@ -14,6 +14,7 @@ Example:
 [([2, 0], (2, 3)), ([1], (1, 4))]
 """
 
+import keras
 import numpy as np
 
 SEQUENCE_KEYS_OF = "input_ids"  # arrays shaped like it (.., T) are cut with it
@@ -85,8 +86,7 @@ def feed(features, batch_size, label_keys=(), weight_key=None, bucket=True, shuf
     """The batches `fit` reads, as `to_dataset` makes them: a `tf.data.Dataset` on the
     TensorFlow backend, a `keras.utils.PyDataset` (`Batches`) on JAX and PyTorch, which
     needs no TensorFlow. Returns (the feed, batches per epoch)."""
-    import keras
-    make = to_dataset if keras.backend.backend() == "tensorflow" else _batches()
+    make = to_dataset if keras.backend.backend() == "tensorflow" else Batches
     data = make(features, batch_size, label_keys, weight_key, bucket, shuffle, seed, pool,
                 multiple)
     return data, len(length_batches(sequence_lengths(features), batch_size))
@@ -130,45 +130,28 @@ def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True
         tf.data.experimental.assert_cardinality(count)).prefetch(tf.data.AUTOTUNE)
 
 
-def _batches_class():
-    import keras
+class Batches(keras.utils.PyDataset):
+    """`to_dataset`'s batches as a `keras.utils.PyDataset` (no TensorFlow): the same
+    per-batch padding and bucketing, a new seeded order each epoch (seed + epoch)."""
 
-    class Batches(keras.utils.PyDataset):
-        """`to_dataset`'s batches as a `keras.utils.PyDataset` (no TensorFlow): the same
-        per-batch padding and bucketing, a new seeded order each epoch (seed + epoch)."""
+    def __init__(self, features, batch_size, label_keys=(), weight_key=None, bucket=True,
+                 shuffle=False, seed=0, pool=50, multiple=1):
+        super().__init__()
+        self.features, self.batch_size, self.bucket = features, batch_size, bucket
+        self.shuffle, self.seed, self.pool, self.multiple = shuffle, seed, pool, multiple
+        self.input_keys, self.label_keys = _keys(features, label_keys, weight_key)
+        self.weight_key = weight_key
+        self.lengths, self.epoch = sequence_lengths(features), 0
+        self.on_epoch_end()
 
-        def __init__(self, features, batch_size, label_keys=(), weight_key=None, bucket=True,
-                     shuffle=False, seed=0, pool=50, multiple=1):
-            super().__init__()
-            self.features, self.batch_size, self.bucket = features, batch_size, bucket
-            self.shuffle, self.seed, self.pool, self.multiple = shuffle, seed, pool, multiple
-            self.input_keys, self.label_keys = _keys(features, label_keys, weight_key)
-            self.weight_key = weight_key
-            self.lengths, self.epoch = sequence_lengths(features), 0
-            self.on_epoch_end()
+    def on_epoch_end(self):
+        self.epoch += 1
+        self.index = length_batches(self.lengths, self.batch_size, self.bucket,
+                                    self.shuffle, self.seed + self.epoch, self.pool)
 
-        def on_epoch_end(self):
-            self.epoch += 1
-            self.index = length_batches(self.lengths, self.batch_size, self.bucket,
-                                        self.shuffle, self.seed + self.epoch, self.pool)
+    def __len__(self):
+        return len(self.index)
 
-        def __len__(self):
-            return len(self.index)
-
-        def __getitem__(self, i):
-            batch = take(self.features, self.index[i], self.multiple, self.lengths)
-            return _pack(batch, self.input_keys, self.label_keys, self.weight_key)
-
-    return Batches
-
-
-def _batches():
-    if "Batches" not in globals():
-        globals()["Batches"] = _batches_class()
-    return globals()["Batches"]
-
-
-def __getattr__(name):       # Batches subclasses keras.utils.PyDataset: Keras on first use
-    if name == "Batches":
-        return _batches()
-    raise AttributeError(name)
+    def __getitem__(self, i):
+        batch = take(self.features, self.index[i], self.multiple, self.lengths)
+        return _pack(batch, self.input_keys, self.label_keys, self.weight_key)

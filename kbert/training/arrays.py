@@ -27,7 +27,8 @@ from kbert.training.loop import PretrainResult, build_pretrainer
 
 def pretrain_arrays(arrays, output=None, config=None, init=None, vocab=None,
                     objective="mlm_nsp", batch_size=256, steps=1000, warmup_steps=None,
-                    learning_rate=1e-4, weight_decay=0.01, dynamic_masking=None,
+                    learning_rate=1e-4, weight_decay=0.01, dynamic_masking=False,
+                    max_predictions_per_seq=20,
                     log_every=200, seed=0, mixed_precision=None, jit_compile="auto",
                     max_seconds=None, save_dtype="float32", verbose=2):
     """Pretrains on feature arrays and returns a `PretrainResult` (saving `output` if given).
@@ -38,8 +39,8 @@ def pretrain_arrays(arrays, output=None, config=None, init=None, vocab=None,
             carry are put back first).
         config, init, vocab, objective: as `build_pretrainer` (a preset from scratch, or a
             checkpoint to continue).
-        dynamic_masking: None (the arrays' own masks), or max_predictions_per_seq: every
-            batch masked anew (`kbert.data.arrays.DynamicMasking`).
+        dynamic_masking: mask every batch anew (`kbert.data.arrays.DynamicMasking`, with
+            `max_predictions_per_seq`) instead of using the arrays' own masks; as `pretrain`'s.
         log_every: updates per logged point of the curve (a Keras epoch).
         warmup_steps: default 1% of `steps`.
         max_seconds: stop (and save) after this wall time.
@@ -58,12 +59,12 @@ def pretrain_arrays(arrays, output=None, config=None, init=None, vocab=None,
         if "masked_lm_weights" in arrays:
             arrays = arrays_lib.unmask(arrays)
         arrays = {k: arrays[k] for k in ("input_ids", "segment_ids", "input_mask")}
-        masking = arrays_lib.DynamicMasking(vocab, dynamic_masking)
+        masking = arrays_lib.DynamicMasking(vocab, max_predictions_per_seq)
     warmup = steps // 100 if warmup_steps is None else warmup_steps
     model.compile(create_optimizer("adamw", learning_rate, steps, warmup, weight_decay),
                   jit_compile=jit_compile)
-    feed = arrays_lib.PretrainingBatches(arrays, batch_size, objective, steps_per_epoch=log_every,
-                              masking=masking, seed=seed)
+    feed = arrays_lib.PretrainingBatches(arrays, batch_size, objective,
+                                         steps_per_epoch=log_every, masking=masking, seed=seed)
 
     class Deadline(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
