@@ -151,6 +151,13 @@ class _TaskModel(keras.Model):
         c = self.config
         return dict(initializer_range=c.initializer_range, dtype=self.dtype_policy)
 
+    def fit(self, *args, **kwargs):
+        """`keras.Model.fit`, quiet about the pooler: heads that never read the pooled output
+        (MLM without NSP, left-to-right LM, spans, tags) leave it without gradients."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
+            return super().fit(*args, **kwargs)
+
 
 class _FineTunedModel(_TaskModel):
     """A task model for fine-tuning: raw-text `fit`/`evaluate`/`predict` through its
@@ -278,11 +285,9 @@ class _FineTunedModel(_TaskModel):
                 validation_data), batch_size)[0] if isinstance(validation_data, tuple) \
                 else self._adapt(validation_data, None, None, None)[0]
         self._schedule(x, y, batch_size, epochs, kwargs)
-        with warnings.catch_warnings():   # span and tagger heads leave the pooler unused
-            warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
-            return super().fit(x, y, batch_size=batch_size, epochs=epochs,
-                               sample_weight=sample_weight, validation_data=validation_data,
-                               shuffle=shuffle, **kwargs)
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs,
+                           sample_weight=sample_weight, validation_data=validation_data,
+                           shuffle=shuffle, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         x, y, sample_weight, batch_size = self._adapt(x, y, sample_weight, batch_size)

@@ -86,10 +86,13 @@ def feed(features, batch_size, label_keys=(), weight_key=None, bucket=True, shuf
     """The batches `fit` reads, as `to_dataset` makes them: a `tf.data.Dataset` on the
     TensorFlow backend, a `keras.utils.PyDataset` (`Batches`) on JAX and PyTorch, which
     needs no TensorFlow. Returns (the feed, batches per epoch)."""
-    make = to_dataset if keras.backend.backend() == "tensorflow" else Batches
-    data = make(features, batch_size, label_keys, weight_key, bucket, shuffle, seed, pool,
-                multiple)
-    return data, len(length_batches(sequence_lengths(features), batch_size))
+    if keras.backend.backend() == "tensorflow":
+        data = to_dataset(features, batch_size, label_keys, weight_key, bucket, shuffle, seed,
+                          pool, multiple)
+        return data, int(data.cardinality())
+    data = Batches(features, batch_size, label_keys, weight_key, bucket, shuffle, seed, pool,
+                   multiple)
+    return data, len(data)
 
 
 def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True,

@@ -20,7 +20,6 @@ Example:
 import dataclasses
 import os
 import time
-import warnings
 
 import keras
 import numpy as np
@@ -297,10 +296,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
 
     keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
     fit_started = time.perf_counter()
-    with warnings.catch_warnings():   # span and tagger heads leave the pooler unused
-        warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
-        model.fit(dataset, epochs=epochs, callbacks=[keeper], shuffle=False,
-                  verbose=2 if verbose is True else verbose)
+    model.fit(dataset, epochs=epochs, callbacks=[keeper], shuffle=False,
+              verbose=2 if verbose is True else verbose)
     return FinetuneResult(os.path.abspath(output), spec.metric, keeper.best_epoch,
                           keeper.best_scores, keeper.history, spec.size(train_set),
                           time.perf_counter() - fit_started, time.perf_counter() - started)

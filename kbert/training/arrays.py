@@ -15,7 +15,6 @@ Example:
 
 import math
 import time
-import warnings
 
 import keras
 
@@ -71,11 +70,9 @@ def pretrain_arrays(arrays, output=None, config=None, init=None, vocab=None,
             if max_seconds and time.perf_counter() - started > max_seconds:
                 self.model.stop_training = True
 
-    with warnings.catch_warnings():   # without an NSP head the pooler is unused
-        warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
-        history = model.fit(feed, epochs=math.ceil(steps / log_every), shuffle=False,
-                            callbacks=[TrainingMetrics(batch_size), StopAfter(steps),
-                                       Deadline()], verbose=verbose)
+    history = model.fit(feed, epochs=math.ceil(steps / log_every), shuffle=False,
+                        callbacks=[TrainingMetrics(batch_size), StopAfter(steps), Deadline()],
+                        verbose=verbose)
     done = batches_seen(model.optimizer)
     if output:
         checkpoint_lib.save(output, model, vocab=vocab, do_lower_case=lower, dtype=save_dtype)

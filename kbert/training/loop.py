@@ -21,7 +21,6 @@ import hashlib
 import math
 import os
 import time
-import warnings
 
 import keras
 import numpy as np
@@ -433,12 +432,10 @@ def fit_phases(model, phases, seen, dist, stop, callbacks, settings, verbose="au
                 prepared = True
             stop.total_batches = phase.end
             first_epoch = seen // per_epoch
-            with warnings.catch_warnings():   # without an NSP head the pooler is unused
-                warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
-                fit = model.fit(dist.dataset(stream, settings.micro_batch, targets),
-                                steps_per_epoch=per_epoch, initial_epoch=first_epoch,
-                                epochs=first_epoch + math.ceil((phase.end - seen) / per_epoch)
-                                + 1, callbacks=callbacks, verbose=verbose)
+            fit = model.fit(dist.dataset(stream, settings.micro_batch, targets),
+                            steps_per_epoch=per_epoch, initial_epoch=first_epoch,
+                            epochs=first_epoch + math.ceil((phase.end - seen) / per_epoch) + 1,
+                            callbacks=callbacks, verbose=verbose)
             for k, v in fit.history.items():
                 history.setdefault(k, []).extend(v)
             seen = batches_seen(model.optimizer)
