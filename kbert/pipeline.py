@@ -291,8 +291,8 @@ class Bert:
         return results[0] if single else results
 
     def answer(self, question: Texts, context: Texts, top_k: int = 1, max_seq_length: int = 384,
-               doc_stride: int = 128, max_answer_length: int = 30,
-               batch_size: int = 32) -> list[dict] | list[list[dict]]:
+               doc_stride: int = 128, max_answer_length: int = 30, max_query_length: int = 64,
+               n_best: int = 20, batch_size: int = 32) -> list[dict] | list[list[dict]]:
         """Extractive QA: the `top_k` best spans of `context`, best first.
 
         Each is {"text", "score" (probability among the n-best), "start", "end"} with
@@ -300,7 +300,10 @@ class Bert:
         read in windows `doc_stride` tokens apart. For a SQuAD v2.0 model the best may be the
         empty answer ("", start = end = -1) when the null score beats the best span by more
         than the checkpoint's `null_score_diff_threshold`. Lists of questions and contexts give
-        one such list per pair; all their windows run in shared batches.
+        one such list per pair; all their windows run in shared batches. Questions keep their
+        first `max_query_length` tokens; the spans are built from the `n_best` best starts and
+        ends of each window and scored among the `n_best` best (as the SavedModel's options
+        of the same names).
         """
         from kbert.finetune import squad, squad_postprocess
 
@@ -310,6 +313,8 @@ class Bert:
         max_seq_length = _positive_int("answer", "max_seq_length", max_seq_length, 8)
         doc_stride = _positive_int("answer", "doc_stride", doc_stride)
         max_answer_length = _positive_int("answer", "max_answer_length", max_answer_length)
+        max_query_length = _positive_int("answer", "max_query_length", max_query_length)
+        n_best = _positive_int("answer", "n_best", n_best)
         batch_size = _positive_int("answer", "batch_size", batch_size)
         self._require("span", "answer")
         options = self.checkpoint.head_options.get("span", {})
@@ -318,12 +323,12 @@ class Bert:
                     for i, (q, c) in enumerate(zip(questions, contexts))]
         features = squad.encode_squad(self.tokenizer, examples, is_training=False,
                                       max_seq_length=min(max_seq_length, self.max_seq_length),
-                                      doc_stride=doc_stride)
+                                      doc_stride=doc_stride, max_query_length=max_query_length)
         logits = self._span_logits(features, batch_size)
         result = squad_postprocess.postprocess(
             examples, features, logits[..., 0], logits[..., 1], version_2=version_2,
             null_score_diff_threshold=float(options.get("null_score_diff_threshold", 0.0)),
-            n_best_size=max(squad_postprocess.N_BEST_SIZE, top_k),
+            n_best_size=max(n_best, top_k),
             max_answer_length=max_answer_length)
         answers = []
         for example in examples:

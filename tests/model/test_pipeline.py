@@ -216,7 +216,8 @@ def tiny_squad(tmp_path_factory):
 
 @pytest.mark.parametrize("option, value", [
     ("doc_stride", 0), ("doc_stride", -5), ("max_seq_length", 0), ("max_seq_length", -1),
-    ("max_answer_length", 0), ("top_k", 0), ("top_k", -1), ("batch_size", 0),
+    ("max_answer_length", 0), ("max_query_length", 0), ("n_best", 0), ("top_k", 0),
+    ("top_k", -1), ("batch_size", 0),
     ("doc_stride", 1.5), ("top_k", "3"),
 ])
 def test_answer_refuses_bad_options(tiny_squad, option, value):

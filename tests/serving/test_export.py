@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
@@ -80,6 +81,7 @@ def _tiny_checkpoints(root):
     labels, spans and fillers are decided by clear margins, not by float noise. The real MiniLM
     encoder, vocabulary and scale come from the shipped checkpoints (see `exported`)."""
     vocab, cfg = tiny_vocab(size=120), lambda: BertConfig.preset("tiny", vocab_size=120)
+    keras.utils.set_random_seed(0)
     made = {}
 
     def save(name, model, options=None, scale=None):
@@ -300,15 +302,18 @@ def test_every_export_option_reaches_the_saved_model_in_process(tmp_path, export
     sm = serving.export(models["squad"][0], tmp_path / "sm", signatures=["answer"],
                         options=OPTIONS)
     assert _recorded_options(sm) == dataclasses.asdict(OPTIONS)
-    out = tf.saved_model.load(sm).signatures["answer"](question=tf.constant(QUESTIONS),
-                                                       context=tf.constant(CONTEXTS))
-    assert out["top_text"].shape == (len(QUESTIONS), OPTIONS.top_k)
+    questions = QUESTIONS + [LONG]                   # a question past max_query_length
+    contexts = CONTEXTS + [CONTEXTS[0]]
+    out = tf.saved_model.load(sm).signatures["answer"](question=tf.constant(questions),
+                                                       context=tf.constant(contexts))
+    assert out["top_text"].shape == (len(questions), OPTIONS.top_k)
     m = kbert.load(models["squad"][0])
-    for i, (q, c) in enumerate(zip(QUESTIONS, CONTEXTS)):   # windows, stride, answer length
+    for i, (q, c) in enumerate(zip(questions, contexts)):   # windows, stride, answer length
         if not q or not c:
             continue
         ref = m.answer(q, c, top_k=OPTIONS.top_k, max_seq_length=OPTIONS.answer_seq_length,
-                       doc_stride=OPTIONS.doc_stride, max_answer_length=OPTIONS.max_answer_length)
+                       doc_stride=OPTIONS.doc_stride, max_answer_length=OPTIONS.max_answer_length,
+                       max_query_length=OPTIONS.max_query_length, n_best=OPTIONS.n_best)
         got = [t.decode() for t in out["top_text"][i].numpy()[:len(ref)]]
         assert got == [r["text"] for r in ref], (q, c[:40])
         assert out["top_start"][i].numpy()[:len(ref)].tolist() == [r["start"] for r in ref]
