@@ -291,8 +291,8 @@ class Bert:
         return results[0] if single else results
 
     def answer(self, question: Texts, context: Texts, top_k: int = 1, max_seq_length: int = 384,
-               doc_stride: int = 128, max_answer_length: int = 30, max_query_length: int = 64,
-               n_best: int = 20, batch_size: int = 32) -> list[dict] | list[list[dict]]:
+               doc_stride: int = 128, max_answer_length: int = 30, batch_size: int = 32,
+               max_query_length: int = 64, n_best: int = 20) -> list[dict] | list[list[dict]]:
         """Extractive QA: the `top_k` best spans of `context`, best first.
 
         Each is {"text", "score" (probability among the n-best), "start", "end"} with
