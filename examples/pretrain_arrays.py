@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from kbert.data import arrays  # pure Python and NumPy: no TensorFlow
+from kbert.data import arrays  # NumPy and Keras: TensorFlow not needed
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
