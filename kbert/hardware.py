@@ -1,0 +1,66 @@
+"""What the CPU can do fast: the one place kbert reads the hardware.
+
+`dtype="auto"` (`kbert.load`, `kbert app/evaluate/export --dtype`) resolves here: bfloat16 where
+the CPU multiplies bfloat16 matrices natively (Intel AMX `amx_bf16`, or AVX-512 `avx512_bf16` as
+on AMD Zen 4 and Intel Cooper Lake and later), else float32. A CPU without those instructions runs
+bfloat16 through conversions around float32 arithmetic, slower than float32 itself, so "auto"
+never picks it there.
+
+>>> info = cpu_info()
+>>> sorted(info)
+['bf16_flags', 'int8_flags', 'model']
+>>> auto_dtype() in ("float32", "bfloat16")
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")            # native bfloat16 matrix products
+INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")  # native int8 dot products
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_info(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
+    """{"model": the CPU's name, "bf16_flags": [...], "int8_flags": [...]}: the flags of
+    `BF16_FLAGS` / `INT8_FLAGS` this CPU has (Linux /proc/cpuinfo; elsewhere none)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    if os.path.isfile(cpuinfo_path):
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model in ("", platform.machine(),
+                                                     platform.processor()):
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    return {"model": model or "unknown CPU",
+            "bf16_flags": [f for f in BF16_FLAGS if f in flags],
+            "int8_flags": [f for f in INT8_FLAGS if f in flags]}
+
+
+def has_fast_bfloat16() -> bool:
+    """Whether the CPU multiplies bfloat16 natively (AMX or AVX-512 BF16)."""
+    return bool(cpu_info()["bf16_flags"])
+
+
+def auto_dtype() -> str:
+    """The inference dtype "auto" means on this machine: "bfloat16" or "float32"."""
+    return "bfloat16" if has_fast_bfloat16() else "float32"
+
+
+def describe() -> str:
+    """One line for benchmark headers: the CPU model, its bf16/int8 flags and core count."""
+    info = cpu_info()
+    bf16 = ", ".join(info["bf16_flags"]) or "none (bfloat16 rows skipped)"
+    int8 = ", ".join(info["int8_flags"]) or "none"
+    return (f"CPU: {info['model']}, {os.cpu_count()} cores; bf16 matmul flags: {bf16}; "
+            f"int8 dot-product flags: {int8}")
+
+
+__all__ = ["BF16_FLAGS", "INT8_FLAGS", "auto_dtype", "cpu_info", "describe",
+           "has_fast_bfloat16"]
