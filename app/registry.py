@@ -67,7 +67,12 @@ def discover(models_dir="saved_models", extra=()):
 class Registry:
     """Checkpoints by name; each loaded once, on first use, by one thread."""
 
-    def __init__(self, models):
+    def __init__(self, models, runtime="keras", dtype="auto"):
+        from kbert.runtime import RuntimeOptionError, resolve  # light: no Keras, no TensorFlow
+        try:
+            self.runtime, self.dtype = resolve(runtime, dtype)
+        except RuntimeOptionError as e:
+            raise InputError(str(e)) from None
         self.models = dict(models)
         self._loaded = {}
         self._locks = {name: threading.Lock() for name in self.models}
@@ -116,7 +121,8 @@ class Registry:
             if name not in self._loaded:
                 import kbert  # heavy (Keras, TensorFlow): imported on first use only
                 try:
-                    self._loaded[name] = kbert.load(self.models[name]["path"])
+                    self._loaded[name] = kbert.load(self.models[name]["path"], dtype=self.dtype,
+                                                    runtime=self.runtime)
                 except (OSError, ValueError) as e:   # kbert's CheckpointError is a ValueError
                     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                     raise InputError(f"Could not load the model '{name}': {first}") from None

@@ -27,6 +27,13 @@ def add_arguments(parser):
                              "padded batch)")
     parser.add_argument("--preload", action="store_true",
                         help="load every checkpoint before serving (default: on first use)")
+    parser.add_argument("--runtime", default="keras", choices=("keras", "openvino", "onnx"),
+                        help="what runs the model: keras (default), openvino or onnx (graphs "
+                             "made on first use, cached)")
+    parser.add_argument("--dtype", default="auto",
+                        choices=("auto", "float32", "bfloat16", "int8"),
+                        help="precision (default auto: bfloat16 where the CPU has AMX or "
+                             "AVX-512 BF16, else float32)")
     return parser
 
 
@@ -36,24 +43,27 @@ def models_dir_or_default(models_dir=DEFAULT_MODELS_DIR):
     return models_dir or next(iter(search_path()), "saved_models")
 
 
-def build(models=(), models_dir=DEFAULT_MODELS_DIR, concurrency=DEFAULT_CONCURRENCY):
-    """(demo, registry): the queued Blocks app over the checkpoints found."""
+def build(models=(), models_dir=DEFAULT_MODELS_DIR, concurrency=DEFAULT_CONCURRENCY,
+          runtime="keras", dtype="auto"):
+    """(demo, registry): the queued Blocks app over the checkpoints found, each run by
+    `runtime` in `dtype` (checked here, before anything loads)."""
     from app.registry import Registry, discover
     from app.ui import build_demo
     models_dir = models_dir_or_default(models_dir)
-    registry = Registry(discover(models_dir, models))
+    registry = Registry(discover(models_dir, models), runtime=runtime, dtype=dtype)
     demo = build_demo(registry)
     demo.queue(default_concurrency_limit=max(1, concurrency), max_size=256)
     return demo, registry
 
 
 def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860, share=False,
-          concurrency=DEFAULT_CONCURRENCY, preload=False, block=True):
+          concurrency=DEFAULT_CONCURRENCY, preload=False, block=True, runtime="keras",
+          dtype="auto"):
     """Builds and launches the app; returns (demo, registry) when `block` is False."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    demo, registry = build(models, models_dir, concurrency)
+    demo, registry = build(models, models_dir, concurrency, runtime, dtype)
     if not registry.names:
         logging.getLogger("app").warning(
             "no checkpoints found in %s (pass --model DIR); the tabs will say so",
@@ -71,6 +81,6 @@ def main(argv=None):
     from app.registry import InputError
     try:
         serve(args.model, args.models_dir, args.host, args.port, args.share, args.concurrency,
-              args.preload)
+              args.preload, runtime=args.runtime, dtype=args.dtype)
     except InputError as e:
         parser.exit(1, f"python -m app: error: {e}\n")

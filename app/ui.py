@@ -153,10 +153,17 @@ TABS = (("fill", "Fill mask", _fill_tab), ("nsp", "Next sentence", _nsp_tab),
 OPTIONAL_TABS = ("classify", "entities")
 
 
+def _runs_on(registry):
+    """The line that says what runs the models: runtime, precision and the CPU."""
+    from kbert import hardware
+    return (f"Runs on **{registry.runtime}** in **{registry.dtype}** "
+            f"({hardware.cpu_info()['model']}).")
+
+
 def build_demo(registry):
     """The playground as a `gr.Blocks` (not yet queued or launched)."""
     with gr.Blocks(title=TITLE) as demo:
-        gr.Markdown(f"# {TITLE}\n{INTRO}")
+        gr.Markdown(f"# {TITLE}\n{INTRO}\n\n{_runs_on(registry)}", elem_id="intro")
         model = gr.Dropdown(choices=registry.names, value=_default(registry, "mlm"),
                             label="Model", elem_id="model")
         statuses = {}

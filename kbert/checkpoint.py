@@ -95,12 +95,13 @@ class Checkpoint:
         return cls(self.backbone, num_labels=self.heads[task].units, head=self.heads[task])
 
 
-def make_head(name, backbone, options=None):
-    """A freshly built head layer of kind `name` for `backbone`."""
+def make_head(name, backbone, options=None, dtype=None):
+    """A freshly built head layer of kind `name` for `backbone` (in the backbone's dtype
+    policy unless `dtype` names another)."""
     options = options or {}
     c = backbone.config
     common = dict(initializer_range=c.initializer_range, name=name,
-                  dtype=backbone.dtype_policy)
+                  dtype=dtype or backbone.dtype_policy)
     if name == "mlm":
         # Some sources (keras-hub) give the MLM transform its own activation and LayerNorm epsilon.
         head = MaskedLMHead(backbone.word_embeddings, options.get("hidden_act", c.hidden_act),
@@ -217,19 +218,25 @@ def save(directory: str | os.PathLike, model: keras.Model | None = None,
         if card:
             with open(os.path.join(tmp, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
                 f.write(card)
-        _default_permissions(tmp)   # mkdtemp makes 0700; a checkpoint is an ordinary directory
-        if os.path.isdir(directory):
-            old = directory + ".old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(directory, old)
-            os.replace(tmp, directory)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, directory)
+        replace_directory(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def replace_directory(tmp, directory):
+    """Puts the finished directory `tmp` (from mkdtemp) in place of `directory`, which a
+    reader sees either whole as it was or whole as new."""
+    _default_permissions(tmp)   # mkdtemp makes 0700; a checkpoint is an ordinary directory
+    if os.path.isdir(directory):
+        old = directory + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(directory, old)
+        os.replace(tmp, directory)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, directory)
 
 
 def _default_permissions(directory):
@@ -327,9 +334,14 @@ def resolve(name_or_path: str | os.PathLike) -> str:
         f"{shown(names) or 'none'})")
 
 
-def load(directory: str | os.PathLike, dtype: str | None = None) -> "Checkpoint":
+def load(directory: str | os.PathLike, dtype: str | None = None,
+         head_dtype: str | None = None) -> "Checkpoint":
     """Reads a checkpoint directory (or a checkpoint name, see `resolve`), checking every file
-    and every weight's shape."""
+    and every weight's shape.
+
+    dtype: the encoder's Keras dtype policy (default float32); head_dtype: the heads' (default
+    the encoder's) — inference in bfloat16 keeps the heads, and so the logits, in float32.
+    """
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
@@ -352,7 +364,8 @@ def load(directory: str | os.PathLike, dtype: str | None = None) -> "Checkpoint"
 
     head_options = raw.get("heads", {})
     backbone = BertBackbone(config, dtype=dtype)
-    heads = {name: make_head(name, backbone, opts) for name, opts in head_options.items()}
+    heads = {name: make_head(name, backbone, opts, head_dtype)
+             for name, opts in head_options.items()}
     assign(named_variables(backbone, heads), tensors, source=weights_path)
     return Checkpoint(config, vocab, bool(raw.get("do_lower_case", True)), backbone, heads,
                       head_options, path=directory)

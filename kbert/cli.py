@@ -337,6 +337,9 @@ def _add_evaluate(sub):
     p.add_argument("--data", required=True, help="the file to score")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "auto"),
+                   help="the encoder's precision (default float32; auto: bfloat16 where the "
+                        "CPU has AMX or AVX-512 BF16); the heads stay float32")
     _add_columns(p)
     p.set_defaults(func=_run_evaluate)
 
@@ -347,17 +350,29 @@ def _run_evaluate(args):
     from kbert import finetune
     scores = finetune.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
                                max_seq_length=args.max_seq_length,
-                               task_options=_task_options(args))
+                               task_options=_task_options(args), dtype=args.dtype)
     print(json.dumps(scores))
 
 
 # --- export --------------------------------------------------------------------------------------
+EXPORT_FORMATS = ("saved_model", "onnx", "openvino")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "int8")   # kbert.runtime.DTYPES (a test checks)
+
+
 def _add_export(sub):
-    p = sub.add_parser("export", help="write a TF Serving SavedModel (raw-string signatures)")
+    p = sub.add_parser("export", help="write a TF Serving SavedModel (raw-string signatures), "
+                                      "or the model's passes as ONNX / OpenVINO graphs")
     p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint directory")
-    p.add_argument("--output", required=True, help="model base directory; writes OUTPUT/VERSION/")
+    p.add_argument("--output", required=True,
+                   help="SavedModel: model base directory, writes OUTPUT/VERSION/; onnx and "
+                        "openvino: the export directory (kbert.load(OUTPUT) runs it)")
+    p.add_argument("--format", default="saved_model", choices=EXPORT_FORMATS,
+                   help="saved_model (TF Serving, default), onnx or openvino")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
+                   help="precision: float32 (default), bfloat16 (SavedModel, OpenVINO), int8 "
+                        "(ONNX, OpenVINO), auto (bfloat16 where the CPU runs it natively)")
     p.add_argument("--version", type=positive_int, default=1,
-                   help="version sub-directory (default 1)")
+                   help="version sub-directory (default 1, SavedModel only)")
     p.add_argument("--signatures", nargs="+", metavar="NAME",
                    help="string signatures to write (default: all the heads allow)")
     p.add_argument("--top-k", type=positive_int, default=5,
@@ -367,10 +382,17 @@ def _add_export(sub):
 
 
 def _run_export(args):
+    if args.format != "saved_model":
+        from kbert.runtime import graphs
+        path = graphs.export(args.checkpoint, args.output, fmt=args.format, dtype=args.dtype)
+        manifest = graphs.read_manifest(path)
+        print(f"wrote {path}: {args.format} {manifest['dtype']}, passes "
+              f"{', '.join(manifest['kinds'])}")
+        return
     from kbert import serving
     options = serving.ExportOptions(top_k=args.top_k, max_masks=args.max_masks)
     path = serving.export(args.checkpoint, args.output, version=args.version,
-                         signatures=args.signatures, options=options)
+                         signatures=args.signatures, options=options, dtype=args.dtype)
     print(f"wrote {path}: signatures {', '.join(serving.list_signatures(path))}")
 
 
@@ -401,7 +423,7 @@ def _run_app(args):
     if server is None:
         raise CliError("the playground needs gradio: pip install 'kbert[app]'")
     server.serve(args.model, args.models_dir, args.host, args.port, args.share, args.concurrency,
-                 args.preload)
+                 args.preload, runtime=args.runtime, dtype=args.dtype)
 
 
 # --- experiments ---------------------------------------------------------------------------------

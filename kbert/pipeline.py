@@ -24,7 +24,9 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert.forward import ForwardPasses, bucket_batch, bucket_length, pad_batch
+from kbert import runtime as runtime_lib
+from kbert.runtime import graphs
+from kbert.runtime.keras_runner import bucket_batch, bucket_length, pad_batch
 from kbert.tokenizer import Tokenizer
 
 Texts = Union[str, Sequence[str]]
@@ -83,10 +85,13 @@ class Bert:
     `tag`, `embed`.
 
     `backbone`, `heads` and `model` (a Keras task model for `fit`, `summary()`, export) share
-    the same weights.
+    the same weights. `runtime` and `dtype` say what runs the passes (see `kbert.runtime`):
+    every method gives the same results on each, within the precision's tolerance.
     """
 
-    def __init__(self, ckpt: checkpoint_lib.Checkpoint):
+    def __init__(self, ckpt: checkpoint_lib.Checkpoint, runtime: str = "keras",
+                 dtype: str = "float32", graphs_folder: str | None = None,
+                 threads: int | None = None):
         self.checkpoint = ckpt
         self.config = ckpt.config
         self.backbone = ckpt.backbone
@@ -94,7 +99,8 @@ class Bert:
         self.tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
         self.max_seq_length = self.config.max_position_embeddings
         self._model = None
-        self._runner = ForwardPasses(self.backbone, self.heads)
+        self.runtime, self.dtype = runtime, dtype
+        self._runner = runtime_lib.make_runner(ckpt, runtime, dtype, graphs_folder, threads)
         tok = self.tokenizer
         self._fill_row = {"input_ids": [tok.cls_id, tok.sep_id], "segment_ids": [0, 0],
                           "input_mask": [1, 1], "masked_lm_positions": [0]}
@@ -408,9 +414,32 @@ class Bert:
         return out
 
 
-def load(path: str) -> Bert:
-    """Loads a checkpoint directory for inference (see `Bert`)."""
-    return Bert(checkpoint_lib.load(path))
+def load(path: str, dtype: str | None = None, runtime: str | None = None,
+         threads: int | None = None) -> Bert:
+    """Loads a checkpoint directory (or a shipped name) for inference (see `Bert`).
+
+    dtype: "float32" (the default for a checkpoint: the reference, equal to HF transformers to
+        1e-5; an export directory's default is the dtype it was exported in),
+        "bfloat16", "int8" (runtimes "openvino" and "onnx"), or "auto": bfloat16 where the CPU
+        multiplies it natively (AMX, AVX-512 BF16; `kbert.hardware`), else float32.
+    runtime: "keras" (the default for a checkpoint), "openvino" or "onnx" (the passes as
+        exported graphs, made on first use or read from a `kbert export --format` directory,
+        whose format is then the default).
+    threads: at most this many threads for the OpenVINO / ONNX Runtime graphs (default: all
+        cores).
+    """
+    directory = checkpoint_lib.resolve(path)
+    manifest = graphs.read_manifest(directory)
+    if runtime is None:
+        runtime = manifest["format"] if manifest else "keras"
+    if dtype is None:
+        dtype = manifest["dtype"] if manifest and manifest["format"] == runtime else "float32"
+    runtime, dtype = runtime_lib.resolve(runtime, dtype)
+    # bfloat16 in the encoder; the heads (so the logits) and the poolings stay float32.
+    ckpt = checkpoint_lib.load(directory, dtype="bfloat16" if runtime == "keras" and
+                               dtype == "bfloat16" else None, head_dtype="float32")
+    folder = manifest["folder"] if manifest and manifest["format"] == runtime else None
+    return Bert(ckpt, runtime=runtime, dtype=dtype, graphs_folder=folder, threads=threads)
 
 
 __all__ = ["Bert", "MissingHeadError", "load", "bucket_length", "bucket_batch"]

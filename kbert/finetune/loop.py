@@ -68,13 +68,17 @@ def _max_seq_length(spec, max_seq_length, config):
     return length
 
 
-def _load(model):
-    """A Checkpoint from a directory, a Checkpoint or what `kbert.load` returns."""
+def _load(model, dtype="float32"):
+    """A Checkpoint from a directory, a Checkpoint or what `kbert.load` returns; a directory
+    is read with its encoder in `dtype` ("float32", "bfloat16" or "auto"; the heads stay
+    float32)."""
     if isinstance(model, checkpoint_lib.Checkpoint):
         return model
     if hasattr(model, "checkpoint"):
         return model.checkpoint
-    return checkpoint_lib.load(model)
+    from kbert.runtime import resolve
+    _, dtype = resolve("keras", dtype)
+    return checkpoint_lib.load(model, dtype=dtype, head_dtype="float32")
 
 
 def _scores(spec, model, prepared, options, batch_size, tune=False):
@@ -85,7 +89,7 @@ def _scores(spec, model, prepared, options, batch_size, tune=False):
 def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
              data: str | os.PathLike, batch_size: int = 64,
              max_seq_length: int | None = None,
-             task_options: dict | None = None) -> dict[str, float]:
+             task_options: dict | None = None, dtype: str = "float32") -> dict[str, float]:
     """The task's official scores (percentages) of a fine-tuned checkpoint on `data`.
 
     Args:
@@ -95,9 +99,11 @@ def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
         data: the task's file (GLUE TSV, SQuAD JSON, CoNLL-2003, SWAG CSV; for the own-data
             tasks a CSV/TSV/JSONL, CoNLL or SQuAD file).
         task_options: `get_task`'s column options (own-data tasks).
+        dtype: the encoder's precision for a checkpoint directory: "float32" (default),
+            "bfloat16" or "auto" (`kbert.load`'s meaning); the heads stay float32.
     """
     spec = get_task(task, **(task_options or {}))
-    ckpt = _load(model)
+    ckpt = _load(model, dtype)
     keras_model = ckpt.task_model(spec.head)
     options = ckpt.head_options.get(spec.head, {})
     spec.check_options(options, ckpt.path)

@@ -85,23 +85,31 @@ def signatures_for(heads):
 
 def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version: int = 1,
            signatures: Sequence[str] | None = None,
-           options: ExportOptions | None = None) -> str:
+           options: ExportOptions | None = None, dtype: str = "float32") -> str:
     """Writes the SavedModel of checkpoint `checkpoint_dir` (a directory, or a name that
     `kbert.checkpoint.resolve` finds) to `output/<version>/`.
 
     signatures: the string signatures to write (default: every one the heads allow).
     options: the post-processing settings (`ExportOptions`; default: its defaults).
+    dtype: the encoder's precision, "float32" (default), "bfloat16" or "auto" (bfloat16 where
+        the CPU runs it natively); the heads and post-processing stay float32.
     Returns the version directory.
     """
+    from kbert.runtime import resolve
+    if dtype == "int8":
+        raise ExportError("a SavedModel is exported in float32 or bfloat16; for int8 export "
+                          "--format onnx or openvino")
+    _, dtype = resolve("keras", dtype)
     checkpoint_dir = checkpoint_lib.resolve(checkpoint_dir)   # a directory or a shipped name
     output = os.fspath(output)
     options = options or ExportOptions()
     if int(version) < 1:
         raise ExportError(f"version must be a positive integer, got {version}")
     if keras.backend.backend() != "tensorflow":
-        return _export_in_subprocess(checkpoint_dir, output, version, signatures, options)
+        return _export_in_subprocess(checkpoint_dir, output, version, signatures, options,
+                                     dtype)
 
-    ckpt = checkpoint_lib.load(checkpoint_dir)
+    ckpt = checkpoint_lib.load(checkpoint_dir, dtype=dtype, head_dtype="float32")
     available = signatures_for(ckpt.heads)
     names = list(signatures or available)
     for name in names:
@@ -166,12 +174,12 @@ except (ValueError, OSError) as e:
 """
 
 
-def _export_in_subprocess(checkpoint_dir, output, version, signatures, options):
+def _export_in_subprocess(checkpoint_dir, output, version, signatures, options, dtype):
     """`export` again with KERAS_BACKEND=tensorflow (the graph needs TF's backend), with every
     argument and option; the child imports the same kbert as this process."""
     request = {"checkpoint_dir": checkpoint_dir, "output": output, "version": int(version),
                "signatures": list(signatures) if signatures else None,
-               "options": dataclasses.asdict(options)}
+               "options": dataclasses.asdict(options), "dtype": dtype}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=path)

@@ -1,0 +1,264 @@
+"""The passes as ONNX files and OpenVINO IRs: written by `kbert export`, or made on first use.
+
+A pass (`kbert.runtime.passes`) becomes a graph through Keras' own `model.export(format="onnx"
+| "openvino")` on the TensorFlow backend, with every batch and length dynamic (one graph runs
+any shape). Keras' exporters fix every size to 1 on PyTorch and export static shapes on JAX, so
+on those backends the graphs are made by the same code in a child process on TensorFlow (which
+kbert's tokenizer needs anyway), from the checkpoint directory.
+
+An export directory is a checkpoint directory (config.json, vocab.txt, weights) plus:
+
+    export.json            {"format", "dtype", "kinds", "vocab_sha256", "heads", "kbert_version"}
+    openvino/<kind>.xml    (and .bin) one IR per pass; or
+    onnx/<kind>.onnx       one ONNX file per pass
+
+`kbert.load` reads it with the runtime named in export.json. Graphs made on first use for a
+plain checkpoint go to a cache (`$KBERT_CACHE`, else ~/.cache/kbert) keyed by the checkpoint's
+content, so each is made once per machine. Writes are atomic (a temporary name, then a rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from kbert.runtime.passes import EMBED_KINDS, HEAD_KINDS, input_names, kind_name
+
+MANIFEST = "export.json"
+SUFFIX = {"onnx": ".onnx", "openvino": ".xml"}
+
+
+class ExportError(ValueError):
+    """An export directory that does not match its checkpoint, or a pass that cannot be made."""
+
+
+def default_kinds(heads) -> list:
+    """The passes an export writes: the embeddings, and one per head `kbert.load` serves."""
+    kinds = list(EMBED_KINDS)
+    for head in heads:
+        kinds += HEAD_KINDS.get(head, ())
+    return kinds
+
+
+def parse_kind(name: str):
+    """The kind a file name stands for (`kind_name`'s inverse)."""
+    if name.startswith("hidden_"):
+        return ("hidden", tuple(int(i) for i in name.split("_")[1:]))
+    return name
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(directory: str) -> str:
+    """The checkpoint's identity: a hash of its config, vocabulary and weights."""
+    from kbert.checkpoint import WEIGHTS_FILE
+    parts = [sha256_file(os.path.join(directory, name))
+             for name in ("config.json", "vocab.txt", WEIGHTS_FILE)]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:20]
+
+
+def cache_dir(directory: str, fmt: str) -> str:
+    root = os.environ.get("KBERT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                         "kbert")
+    return os.path.join(root, "graphs", fingerprint(directory), fmt)
+
+
+def graph_path(folder: str, kind, fmt: str) -> str:
+    return os.path.join(folder, kind_name(kind) + SUFFIX[fmt])
+
+
+def _sample_features(kind):
+    """A tiny batch to build the model before export ([2, 8] tokens, ids of any vocabulary)."""
+    ids = np.array([[2, 5, 6, 7, 8, 3, 0, 0],
+                    [2, 9, 10, 4, 3, 0, 0, 0]], "int32")
+    features = {"input_ids": ids, "segment_ids": np.zeros_like(ids),
+                "input_mask": (ids > 0).astype("int32")}
+    if "masked_lm_positions" in input_names(kind):
+        features["masked_lm_positions"] = np.array([[3], [3]], "int32")
+    return features
+
+
+def convert_pass(backbone, heads, kind, fmt: str, path: str) -> str:
+    """Writes the `kind` pass as `path` (an ONNX file, or an OpenVINO .xml with its .bin)
+    through Keras' `model.export`, with dynamic batch and length (TensorFlow backend)."""
+    import keras
+    import tensorflow as tf
+
+    from kbert.runtime.passes import PassModel
+    if keras.backend.backend() != "tensorflow":
+        raise ExportError("graphs are made on the TensorFlow backend (see convert_checkpoint)")
+    model = PassModel(backbone, heads, kind)
+    model(_sample_features(kind))                       # builds it; export needs a called model
+    spec = {name: tf.TensorSpec([None, None], "int32", name=name) for name in input_names(kind)}
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        out = os.path.join(tmp, os.path.basename(path))
+        model.export(out, format=fmt, input_signature=[spec], verbose=False)
+        for name in os.listdir(tmp):                    # the .xml last: readers look for it
+            if not name.endswith(".xml"):
+                os.replace(os.path.join(tmp, name), os.path.join(folder, name))
+        if fmt == "openvino":
+            os.replace(out, path)
+    return path
+
+
+def convert_checkpoint(directory: str, folder: str, kinds, fmt: str) -> None:
+    """Makes the passes of the checkpoint `directory` into `folder`: in this process on
+    TensorFlow, else in a child process on TensorFlow (same code, same graphs)."""
+    import keras
+    if keras.backend.backend() == "tensorflow":
+        from kbert import checkpoint
+        ckpt = checkpoint.load(directory)
+        for kind in kinds:
+            convert_pass(ckpt.backbone, ckpt.heads, kind, fmt, graph_path(folder, kind, fmt))
+        return
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=path)   # this same kbert
+    command = [sys.executable, "-m", "kbert.runtime.graphs", directory, folder, fmt,
+               *[kind_name(k) for k in kinds]]
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ExportError(f"making the {fmt} graphs on TensorFlow failed: {last}")
+
+
+def quantize(fmt: str, source: str, target: str) -> str:
+    """An int8 copy of a graph: ONNX Runtime's dynamic quantization (int8 weights, activations
+    quantized per call) or NNCF's int8 weight compression for OpenVINO."""
+    folder = os.path.dirname(target)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        out = os.path.join(tmp, os.path.basename(target))
+        if fmt == "onnx":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+            quantize_dynamic(source, out, weight_type=QuantType.QInt8, per_channel=True)
+        else:
+            import nncf
+            import openvino as ov
+            model = nncf.compress_weights(ov.Core().read_model(source),
+                                          mode=nncf.CompressWeightsMode.INT8_ASYM)
+            ov.save_model(model, out, compress_to_fp16=False)
+        for name in sorted(os.listdir(tmp), key=lambda n: n.endswith(".xml")):
+            os.replace(os.path.join(tmp, name), os.path.join(folder, name))
+    return target
+
+
+def read_manifest(directory: str) -> dict | None:
+    """The export manifest of `directory`, checked against its vocabulary and heads; None for
+    a plain checkpoint."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        fmt = manifest["format"]
+        manifest["dtype"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"{path}: not a readable export manifest ({e})") from None
+    if fmt not in SUFFIX:
+        raise ExportError(f"{path}: unknown format {fmt!r}")
+    vocab = sha256_file(os.path.join(directory, "vocab.txt"))
+    if vocab != manifest.get("vocab_sha256"):
+        raise ExportError(f"{directory}: vocab.txt is not the vocabulary the {fmt} graphs were "
+                          f"exported with; export the checkpoint again")
+    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+        heads = sorted(json.load(f).get("heads", {}))
+    if heads != sorted(manifest.get("heads", [])):
+        raise ExportError(f"{directory}: config.json has heads {heads or 'none'} but the {fmt} "
+                          f"graphs were exported with {manifest.get('heads') or 'none'}; export "
+                          f"the checkpoint again")
+    manifest["folder"] = os.path.join(directory, fmt)
+    return manifest
+
+
+def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
+           dtype: str = "float32", kinds=None) -> str:
+    """Writes an export directory (see the module docstring) for `kbert.load(output)`.
+
+    The checkpoint's files are copied beside the graphs, so the directory is also a checkpoint
+    (the Keras runtime, fine-tuning and new passes still work from it).
+    """
+    from kbert import __version__, checkpoint
+    from kbert.runtime.options import resolve
+
+    runtime, dtype = resolve(fmt, dtype)
+    source = checkpoint.resolve(checkpoint_dir)
+    with open(os.path.join(source, "config.json"), encoding="utf-8") as f:
+        heads = sorted(json.load(f).get("heads", {}))
+    kinds = list(kinds or default_kinds(heads))
+    output = os.path.abspath(output)
+    parent = os.path.dirname(output)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    try:
+        for name in os.listdir(source):
+            if os.path.isfile(os.path.join(source, name)) and name != MANIFEST:
+                shutil.copy2(os.path.join(source, name), os.path.join(tmp, name))
+        folder = os.path.join(tmp, fmt)
+        _from_cache(source, folder, kinds, fmt)
+        if dtype == "int8":
+            for kind in kinds:
+                path = graph_path(folder, kind, fmt)
+                quantize(fmt, path, int8_path(path))
+        manifest = {"format": fmt, "dtype": dtype, "kinds": [kind_name(k) for k in kinds],
+                    "vocab_sha256": sha256_file(os.path.join(tmp, "vocab.txt")),
+                    "heads": heads, "kbert_version": __version__}
+        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2)
+        checkpoint.replace_directory(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output
+
+
+def _from_cache(directory, folder, kinds, fmt):
+    """The passes of `directory` copied into `folder`, made into the cache first where missing
+    (so a model already run with the runtime exports without converting again)."""
+    cache = cache_dir(directory, fmt)
+    missing = [k for k in kinds if not os.path.isfile(graph_path(cache, k, fmt))]
+    if missing:
+        convert_checkpoint(directory, cache, missing, fmt)
+    os.makedirs(folder, exist_ok=True)
+    for kind in kinds:
+        path = graph_path(cache, kind, fmt)
+        for name in (path, os.path.splitext(path)[0] + ".bin"):
+            if os.path.isfile(name):
+                shutil.copy2(name, os.path.join(folder, os.path.basename(name)))
+
+
+def int8_path(path: str) -> str:
+    stem, suffix = os.path.splitext(path)
+    return stem + ".int8" + suffix
+
+
+def _main(argv):
+    """`python -m kbert.runtime.graphs CKPT FOLDER FORMAT KIND...` (the child process of
+    `convert_checkpoint`)."""
+    directory, folder, fmt, *names = argv
+    convert_checkpoint(directory, folder, [parse_kind(n) for n in names], fmt)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
+
+
+__all__ = ["ExportError", "MANIFEST", "cache_dir", "convert_checkpoint", "convert_pass",
+           "default_kinds", "export", "fingerprint", "int8_path", "parse_kind", "quantize",
+           "read_manifest"]

@@ -1,0 +1,156 @@
+"""The Keras runtime: the model's pass for each `kbert.load` method, compiled once per backend.
+
+`ForwardPasses` keeps one compiled function per method ("kind"): a `tf.function` with unknown
+batch and length on TensorFlow, a TorchScript trace on PyTorch (both run any packed shape), and a
+`jax.jit` per bucket shape on JAX, whose static shapes need each batch padded to its bucket
+(`bucket_length`, `bucket_batch`, `pad_batch`). The passes themselves are
+`kbert.runtime.passes.run_pass`; `kbert.pipeline.Bert` tokenizes, batches and post-processes
+around them.
+"""
+
+import functools
+import warnings
+
+import keras
+import numpy as np
+from keras import ops
+
+from kbert.runtime.passes import run_pass
+
+
+def bucket_length(n, limit):
+    """`n` rounded up to a step that grows with it (exact up to 16 tokens, then steps of 2, 4,
+    8, 16, 32 per doubling), at most `limit`: under 12.5% padding, 56 lengths up to 512.
+
+    Each length is one JAX compilation (~1 s for MiniLM-L6 on a CPU core, once per process);
+    every padded token is paid on every call after it.
+
+    >>> [bucket_length(n, 512) for n in (1, 13, 17, 33, 100, 300, 512)]
+    [1, 13, 18, 36, 104, 320, 512]
+    """
+    step = 1
+    while n > 16 * step and step < 32:
+        step *= 2
+    return max(1, min(limit, -(-n // step) * step))
+
+
+def bucket_batch(n, batch_size):
+    """The smallest power of two >= n, at most `batch_size`."""
+    size = 1
+    while size < n:
+        size *= 2
+    return min(size, batch_size)
+
+
+def pad_batch(features, rows, length, fill_row):
+    """Features [b, T] → [rows, length] (mask positions keep their width); extra rows are
+    `fill_row` ([CLS] [SEP]), never read."""
+    out = {}
+    for key, value in features.items():
+        width = value.shape[1] if key == "masked_lm_positions" else length   # its own bucket
+        padded = np.zeros((rows, width), value.dtype)
+        padded[:len(value), :value.shape[1]] = value
+        padded[len(value):, :len(fill_row[key])] = fill_row[key]
+        out[key] = padded
+    return out
+
+
+class ForwardPasses:
+    """The model's forward pass for each method, compiled once (JAX: once per bucket shape).
+
+    `traces` counts how often a function body was traced; `shapes` holds the (kind, bucket
+    shapes) it has run on. JAX compiles for static shapes, so its inputs are padded to the
+    bucket; a TensorFlow graph (input signature with unknown sizes) and a PyTorch trace take
+    any batch and length, so they run on the batch as packed, without padding compute.
+    """
+
+    runtime = "keras"
+
+    def __init__(self, backbone, heads, dtype="float32"):
+        self.backbone, self.heads = backbone, heads
+        self.dtype = dtype
+        self.backend = keras.backend.backend()
+        self.pads = self.backend == "jax"
+        self.traces = 0
+        self.shapes = set()
+        self._functions = {}
+
+    def _body(self, kind, features):
+        self.traces += 1
+        return run_pass(self.backbone, self.heads, kind, features)
+
+    def _traced(self, kind, features):
+        return self._body(kind, dict(features))
+
+    def _compile(self, kind, features):
+        if self.backend == "tensorflow":
+            import tensorflow as tf
+            # A partial, not a lambda: TF keys its "frequent retracing" warning on a function's
+            # code, and these functions (one per method) share it but each trace once.
+            # Unknown sizes: one graph runs every batch at its own shape (the kernels are the
+            # same as for a fixed shape; padding would only add work).
+            spec = {key: tf.TensorSpec([None, None], value.dtype)
+                    for key, value in features.items()}
+            return tf.function(functools.partial(self._traced, kind), input_signature=[spec])
+        if self.backend == "jax":
+            import jax
+            variables = self._variables()
+
+            def stateless(values, features):
+                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                    return self._body(kind, dict(features))
+            jitted = jax.jit(stateless)
+            return lambda features: jitted([v.value for v in variables], features)
+        return self._torch_trace(kind, features)
+
+    def _torch_trace(self, kind, features):
+        """The pass as a TorchScript trace: the recorded tensor ops replayed without Keras'
+        Python dispatch per layer (eager Keras spent ~2/3 of a short input's time there).
+
+        The trace reads the layers' own parameters (a fine-tuned update is seen) and records
+        sizes as they flow, so it runs any batch and length (the tests compare it with eager).
+        """
+        import torch
+
+        runner, keys = self, sorted(features)
+
+        class Pass(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = torch.nn.ModuleList([runner.backbone, *runner.heads.values()])
+
+            def forward(self, *tensors):
+                return runner._body(kind, dict(zip(keys, tensors)))
+
+        example = tuple(torch.as_tensor(features[key]) for key in keys)
+        with torch.no_grad(), warnings.catch_warnings():
+            # The tracer's notes are about Keras' input-shape checks and constants, which
+            # are not data flow; torch.jit.trace itself is marked deprecated in torch 2.x.
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(Pass(), example, check_trace=False)
+
+        def run(features):
+            with torch.no_grad():
+                return traced(*(torch.as_tensor(features[key]) for key in keys))
+        return run
+
+    def _variables(self):
+        seen, out = set(), []
+        for layer in (self.backbone, *self.heads.values()):
+            for v in layer.variables:
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    out.append(v)
+        return out
+
+    def __call__(self, kind, features, padded):
+        """Numpy features → numpy output of the `kind` pass; `padded` is the batch padded to
+        its bucket shape (what JAX runs: one compilation per bucket shape). TensorFlow and
+        PyTorch run the packed batch through one function per kind, whatever its shape."""
+        shape = (kind, tuple(sorted((k, v.shape) for k, v in padded.items())))
+        key = shape if self.pads else (kind, tuple(sorted(features)))
+        inputs = padded if self.pads else features
+        if key not in self._functions:   # compiled once, reused by every later call
+            self._functions[key] = self._compile(kind, inputs)
+        self.shapes.add(shape)
+        return keras.tree.map_structure(ops.convert_to_numpy, self._functions[key](inputs))

@@ -1,0 +1,72 @@
+"""The precision and runtime a model runs with: names, defaults, and what each runtime offers.
+
+`resolve(runtime, dtype)` is the one place that checks a combination and turns "auto" into a
+dtype; every entry point (`kbert.load`, the CLI, the playground) calls it and shows its one-line
+errors as they are.
+
+| runtime    | float32 | bfloat16                                | int8                          |
+|------------|---------|-----------------------------------------|-------------------------------|
+| "keras"    | yes     | yes (fast only with AMX / AVX-512 BF16) | no                            |
+| "openvino" | yes     | where the CPU has AMX / AVX-512 BF16    | NNCF int8 weights             |
+| "onnx"     | yes     | no (no bfloat16 matmul kernels on CPU)  | dynamic quantization          |
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from kbert import hardware
+
+RUNTIMES = ("keras", "openvino", "onnx")
+DTYPES = ("auto", "float32", "bfloat16", "int8")
+PACKAGES = {"openvino": ("openvino", "kbert[openvino]"),
+            "onnx": ("onnxruntime", "kbert[onnx]")}
+
+
+class RuntimeOptionError(ValueError):
+    """An unknown or unavailable runtime/dtype combination; the message names the fix."""
+
+
+def resolve(runtime: str | None = "keras", dtype: str | None = "float32") -> tuple[str, str]:
+    """(runtime, dtype) checked, with "auto" resolved for this machine.
+
+    >>> resolve("keras", "float32")
+    ('keras', 'float32')
+    >>> resolve("onnx", "auto")
+    ('onnx', 'float32')
+    >>> resolve("tflite", "float32")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    kbert.runtime.options.RuntimeOptionError: unknown runtime 'tflite': use one of keras, ...
+    """
+    runtime = runtime or "keras"
+    dtype = dtype or "float32"
+    if runtime not in RUNTIMES:
+        raise RuntimeOptionError(f"unknown runtime {runtime!r}: use one of {', '.join(RUNTIMES)}")
+    if dtype not in DTYPES:
+        raise RuntimeOptionError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        dtype = "float32" if runtime == "onnx" else hardware.auto_dtype()
+    if runtime == "keras" and dtype == "int8":
+        raise RuntimeOptionError("dtype 'int8' runs on runtime 'openvino' or 'onnx', "
+                                 "not on 'keras'")
+    if runtime == "onnx" and dtype == "bfloat16":
+        raise RuntimeOptionError("ONNX Runtime has no bfloat16 matrix kernels on CPU: use "
+                                 "runtime 'openvino' or 'keras' for bfloat16")
+    if runtime == "openvino" and dtype == "bfloat16" and not hardware.has_fast_bfloat16():
+        raise RuntimeOptionError(
+            f"OpenVINO runs bfloat16 only on a CPU with AMX or AVX-512 BF16, and this one "
+            f"({hardware.cpu_info()['model']}) has neither: use dtype 'float32' or 'auto'")
+    require_package(runtime)
+    return runtime, dtype
+
+
+def require_package(runtime: str) -> None:
+    """A one-line error when the runtime's package is not installed."""
+    if runtime in PACKAGES:
+        module, extra = PACKAGES[runtime]
+        if importlib.util.find_spec(module) is None:
+            raise RuntimeOptionError(f"runtime {runtime!r} needs the {module} package: "
+                                     f"pip install '{extra}'")
+
+
+__all__ = ["DTYPES", "RUNTIMES", "RuntimeOptionError", "require_package", "resolve"]

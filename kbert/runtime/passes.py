@@ -1,0 +1,117 @@
+"""The model's pass for each `kbert.load` method ("kind"): one function for every runtime.
+
+The Keras runner compiles `run_pass` per backend; the exporters trace the same function (as a
+`PassModel`) into ONNX or OpenVINO graphs, so every runtime computes the same thing.
+
+Kinds, on features `input_ids`, `segment_ids`, `input_mask` ([B, T] int32):
+    "nsp", "classifier"    head logits on the pooled output           [B, labels]
+    "tagger"               head logits per token                      [B, T, labels]
+    "span"                 start/end logits stacked                   [B, T, 2]
+    "embed_cls"            the [CLS] hidden state                     [B, H]
+    "embed_mean"           the masked mean of the last layer          [B, H] float32
+    "embed"                both, stacked (one exported graph serves both) [B, 2, H] float32
+    ("mlm", k)             the k best logits at `masked_lm_positions`, their ids, logsumexp
+    "mlm_logits"           every logit at `masked_lm_positions`       [B, P, V] float32
+    ("hidden", layers)     chosen hidden layers                       [B, T, len(layers), H]
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+TOKEN_INPUTS = ("input_ids", "segment_ids", "input_mask")
+POOLED_KINDS = ("nsp", "classifier", "embed_cls")
+# What each method's pass is called in exported graphs, where it differs (see `graph_kind`).
+GRAPH_OF = {"embed_cls": "embed", "embed_mean": "embed"}
+# The passes an export writes for each head (embedding passes need no head).
+HEAD_KINDS = {"mlm": ("mlm_logits",), "nsp": ("nsp",), "classifier": ("classifier",),
+              "tagger": ("tagger",), "span": ("span",)}
+EMBED_KINDS = ("embed",)
+
+
+def input_names(kind) -> tuple[str, ...]:
+    """The features a pass reads."""
+    if kind == "mlm_logits" or (isinstance(kind, tuple) and kind[0] == "mlm"):
+        return (*TOKEN_INPUTS, "masked_lm_positions")
+    return TOKEN_INPUTS
+
+
+def graph_kind(kind):
+    """The exported graph that serves `kind`: ("mlm", k) reads "mlm_logits" (the k best are
+    taken outside it, so one graph serves every k), both embeddings read "embed"."""
+    if isinstance(kind, tuple) and kind[0] == "mlm":
+        return "mlm_logits"
+    return GRAPH_OF.get(kind, kind)
+
+
+def kind_name(kind) -> str:
+    """A file-name-safe name for a kind: "span", "mlm_logits", "hidden_5_6"."""
+    if isinstance(kind, tuple):
+        return "_".join(str(part) for part in kind)
+    return kind
+
+
+def needed_head(kind) -> str | None:
+    """The head a pass runs (None for the embedding and hidden-state passes)."""
+    if isinstance(kind, tuple):
+        return "mlm" if kind[0] == "mlm" else None
+    return {"mlm_logits": "mlm", "nsp": "nsp", "classifier": "classifier",
+            "tagger": "tagger", "span": "span"}.get(kind)
+
+
+def _mask_logits(backbone, heads, features):
+    """The MLM head's float32 logits [B, P, V] at `masked_lm_positions` only."""
+    positions = ops.cast(features.pop("masked_lm_positions"), "int32")
+    sequence = backbone(features, training=False)["sequence_output"]
+    x = ops.take_along_axis(sequence, positions[:, :, None], axis=1)        # [B, P, H]
+    # The head runs the B*P vectors as one GEMM over the [V, H] word embeddings.
+    return ops.cast(heads["mlm"](x), "float32")                             # [B, P, V]
+
+
+def run_pass(backbone, heads, kind, features):
+    """The `kind` pass of `backbone` and `heads` on a dict of [B, T] features."""
+    features = dict(features)
+    if kind == "mlm_logits":
+        return _mask_logits(backbone, heads, features)
+    if isinstance(kind, tuple) and kind[0] == "mlm":     # ("mlm", k): the k best per mask
+        logits = _mask_logits(backbone, heads, features)
+        values, ids = ops.top_k(logits, kind[1])
+        return values, ids, ops.logsumexp(logits, axis=-1)
+    if isinstance(kind, tuple):                           # ("hidden", layers): [B, T, n, H]
+        states = backbone(features, training=False, output_hidden_states=True)["hidden_states"]
+        return ops.stack([ops.cast(states[i], "float32") for i in kind[1]], axis=2)
+    out = backbone(features, training=False, pooled_only=kind in POOLED_KINDS)
+    if kind in ("nsp", "classifier"):
+        return ops.cast(heads[kind](out["pooled_output"]), "float32")
+    if kind == "tagger":
+        return ops.cast(heads["tagger"](out["sequence_output"]), "float32")
+    if kind == "span":
+        return ops.cast(ops.stack(heads["span"](out["sequence_output"]), axis=-1), "float32")
+    if kind == "embed_cls":
+        return ops.cast(out["sequence_output"][:, 0], "float32")
+    if kind in ("embed_mean", "embed"):
+        seq = ops.cast(out["sequence_output"], "float32")
+        mask = ops.cast(features["input_mask"], "float32")[..., None]
+        mean = ops.sum(seq * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)
+        return mean if kind == "embed_mean" else ops.stack([seq[:, 0], mean], axis=1)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+class PassModel(keras.Model):
+    """One pass as a Keras model (dict of features in, the pass's output out), for
+    `model.export(format="onnx" | "openvino")`. Shares the checkpoint's layers."""
+
+    def __init__(self, backbone, heads, kind, **kwargs):
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.backbone = backbone
+        head = needed_head(kind)
+        self.head_layers = {head: heads[head]} if head else {}
+
+    def call(self, features):
+        return run_pass(self.backbone, self.head_layers, self.kind, features)
+
+
+__all__ = ["EMBED_KINDS", "HEAD_KINDS", "PassModel", "TOKEN_INPUTS", "graph_kind", "input_names",
+           "kind_name", "needed_head", "run_pass"]

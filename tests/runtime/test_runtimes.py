@@ -1,0 +1,204 @@
+"""Runtimes and precisions: every `kbert.load` method gives the Keras float32 results through
+OpenVINO and ONNX Runtime (exported graphs), and within bfloat16's tolerance in bfloat16.
+
+The float32 Keras path is the reference. Graphs are made on TensorFlow (in a child process on
+the other backends), so the tests that make them run on every backend."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import kbert
+from helpers import REPO, tiny_vocab
+from kbert import BertConfig, checkpoint, hardware
+from kbert.runtime import RuntimeOptionError, graphs, resolve
+
+LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+TEXTS = ["the man went to the store .", "the quick brown fox jumps over the lazy dog",
+         "paris is the capital of france", "a"]
+MASKED = ["the man went to the [MASK] .", "paris is the [MASK] of [MASK] .",
+          "the [MASK] sat on the mat"]
+RUNTIMES = ["openvino", "onnx"]
+
+
+
+@pytest.fixture(scope="module")
+def every_head(tmp_path_factory):
+    """A tiny checkpoint with every head `kbert.load` serves, and a graph cache of its own."""
+    keras.utils.set_random_seed(0)
+    root = tmp_path_factory.mktemp("runtimes")
+    os.environ["KBERT_CACHE"] = str(root / "cache")
+    backbone = kbert.BertBackbone(BertConfig.preset("tiny", vocab_size=120))
+    options = {"mlm": {}, "nsp": {}, "classifier": {"labels": ["neg", "pos", "mixed"]},
+               "tagger": {"labels": LABELS}, "span": {"version": "1.1"}}
+    heads = {name: checkpoint.make_head(name, backbone, opts) for name, opts in options.items()}
+    path = checkpoint.save(root / "every-head", backbone=backbone, heads=heads,
+                           vocab=tiny_vocab(size=120), head_options=options)
+    yield str(path)
+    os.environ.pop("KBERT_CACHE", None)
+
+
+def _results(m):
+    return {"fill": m.fill_mask(MASKED, top_k=3),
+            "nsp": m.next_sentence(TEXTS[:2], TEXTS[2:]),
+            "embed_mean": m.embed(TEXTS, pooling="mean"), "embed_cls": m.embed(TEXTS),
+            "classify": m.classify(TEXTS), "tag": m.tag(TEXTS),
+            "answer": m.answer(["who went to the store ?"] * 2,
+                               ["the man went to the store .", TEXTS[1]], top_k=2)}
+
+
+def _cosine(a, b):
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def _assert_same(ours, ref, atol):
+    """Same top-1 fillers, argmax labels, spans and entities; probabilities and vectors
+    within `atol`; embedding cosine >= 0.999."""
+    for got, want in zip(ours["fill"], ref["fill"]):
+        for g, w in zip(got, want):
+            assert g[0]["token"] == w[0]["token"]
+            np.testing.assert_allclose([x["score"] for x in g], [x["score"] for x in w],
+                                       atol=atol)
+    np.testing.assert_allclose([p["is_next"] for p in ours["nsp"]],
+                               [p["is_next"] for p in ref["nsp"]], atol=atol)
+    for key in ("embed_mean", "embed_cls"):
+        assert _cosine(ours[key], ref[key]).min() >= 0.999
+    for got, want in zip(ours["classify"], ref["classify"]):
+        assert max(got, key=got.get) == max(want, key=want.get)
+        np.testing.assert_allclose(list(got.values()), list(want.values()), atol=atol)
+    assert [[(e["label"], e["start"], e["end"]) for e in t] for t in ours["tag"]] == \
+        [[(e["label"], e["start"], e["end"]) for e in t] for t in ref["tag"]]
+    assert [[(a["text"], a["start"]) for a in q] for q in ours["answer"]] == \
+        [[(a["text"], a["start"]) for a in q] for q in ref["answer"]]
+
+
+@pytest.mark.parametrize("runtime", [pytest.param("openvino", marks=pytest.mark.multibackend),
+                                     "onnx"])
+def test_every_method_gives_the_keras_results_through_the_runtime(every_head, runtime):
+    pytest.importorskip("openvino" if runtime == "openvino" else "onnxruntime")
+    ref = _results(kbert.load(every_head))
+    m = kbert.load(every_head, runtime=runtime)
+    assert (m.runtime, m.dtype) == (runtime, "float32")
+    ours = _results(m)
+    _assert_same(ours, ref, atol=1e-4)
+    np.testing.assert_allclose(ours["embed_mean"], ref["embed_mean"], atol=1e-4)
+    # Graphs run at the packed shape: a new batch shape needs no new graph.
+    loaded = m.trace_count
+    m.embed(TEXTS[:1] * 5, pooling="mean")
+    assert m.trace_count == loaded
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_an_export_directory_loads_with_its_runtime_and_refuses_a_changed_vocabulary(
+        every_head, runtime, tmp_path):
+    pytest.importorskip("openvino" if runtime == "openvino" else "onnxruntime")
+    out = graphs.export(every_head, tmp_path / "exported", fmt=runtime)
+    manifest = json.loads((tmp_path / "exported" / "export.json").read_text())
+    assert manifest["format"] == runtime and manifest["dtype"] == "float32"
+    assert set(manifest["kinds"]) == {"embed", "mlm_logits", "nsp", "classifier", "tagger",
+                                      "span"}
+    m = kbert.load(out)                                   # the manifest's runtime by default
+    assert m.runtime == runtime
+    np.testing.assert_allclose(m.embed(TEXTS, pooling="mean"),
+                               kbert.load(every_head).embed(TEXTS, pooling="mean"), atol=1e-4)
+    assert kbert.load(out, runtime="keras").runtime == "keras"   # also a checkpoint
+    vocab = tmp_path / "exported" / "vocab.txt"
+    lines = vocab.read_text().splitlines()
+    vocab.write_text("\n".join(lines[:-1] + ["[unused-other]"]) + "\n")
+    with pytest.raises(graphs.ExportError, match="vocab.txt is not the vocabulary"):
+        kbert.load(out)
+
+
+def test_an_export_whose_heads_differ_from_its_config_is_refused(every_head, tmp_path):
+    pytest.importorskip("openvino")
+    out = graphs.export(every_head, tmp_path / "exported", fmt="openvino", kinds=["embed"])
+    config = json.loads((tmp_path / "exported" / "config.json").read_text())
+    del config["heads"]["tagger"]
+    (tmp_path / "exported" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(graphs.ExportError, match="heads .* exported with"):
+        kbert.load(out)
+
+
+def test_int8_runs_close_to_float32(every_head):
+    pytest.importorskip("onnxruntime")
+    ref = kbert.load(every_head).embed(TEXTS, pooling="mean")
+    m = kbert.load(every_head, runtime="onnx", dtype="int8")
+    assert m.dtype == "int8"
+    assert _cosine(m.embed(TEXTS, pooling="mean"), ref).min() > 0.95
+
+
+@pytest.mark.multibackend
+def test_keras_bfloat16_keeps_the_heads_and_logits_in_float32(every_head):
+    ref = _results(kbert.load(every_head))
+    m = kbert.load(every_head, dtype="bfloat16")
+    assert m.backbone.dtype_policy.name == "bfloat16"
+    assert all(h.dtype_policy.name == "float32" for h in m.heads.values())
+    ours = _results(m)
+    for key in ("embed_mean", "embed_cls"):
+        assert ours[key].dtype == np.float32
+        assert _cosine(ours[key], ref[key]).min() >= 0.995
+    np.testing.assert_allclose([p["is_next"] for p in ours["nsp"]],
+                               [p["is_next"] for p in ref["nsp"]], atol=0.02)
+
+
+@pytest.mark.multibackend
+def test_auto_and_refused_combinations(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_info", lambda *a: {"model": "Test CPU", "bf16_flags": [],
+                                                          "int8_flags": []})
+    assert resolve("keras", "auto") == ("keras", "float32")
+    assert resolve("onnx", "auto") == ("onnx", "float32")
+    with pytest.raises(RuntimeOptionError, match="Test CPU"):
+        resolve("openvino", "bfloat16")
+    with pytest.raises(RuntimeOptionError, match="int8.*'openvino' or 'onnx'"):
+        resolve("keras", "int8")
+    with pytest.raises(RuntimeOptionError, match="no bfloat16"):
+        resolve("onnx", "bfloat16")
+    with pytest.raises(RuntimeOptionError, match="unknown dtype 'fp8'"):
+        resolve("keras", "fp8")
+    monkeypatch.setattr(hardware, "cpu_info", lambda *a: {
+        "model": "Xeon", "bf16_flags": ["amx_bf16"], "int8_flags": ["amx_int8"]})
+    assert resolve("keras", "auto") == ("keras", "bfloat16")
+    assert resolve("onnx", "auto") == ("onnx", "float32")     # no bf16 kernels there
+
+
+def test_a_missing_runtime_package_is_one_line(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "openvino" else real(name, *a))
+    with pytest.raises(RuntimeOptionError, match=r"pip install 'kbert\[openvino\]'"):
+        kbert.load("minilm-l6-squad", runtime="openvino")
+
+
+@pytest.mark.parametrize("flags, want", [
+    ("fpu avx2 amx_bf16 amx_int8 amx_tile avx512_bf16 avx512_vnni", (["amx_bf16", "avx512_bf16"],
+                                                                    ["amx_int8", "avx512_vnni"])),
+    ("fpu avx2 avx512f avx512_bf16 avx512_vnni", (["avx512_bf16"], ["avx512_vnni"])),
+    ("fpu avx avx2 fma", ([], [])),
+])
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path, flags, want):
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
+                    f"processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: {flags}\n")
+    info = hardware.cpu_info.__wrapped__(str(path))
+    assert info["model"] == "Some CPU"
+    assert (info["bf16_flags"], info["int8_flags"]) == want
+
+
+def test_shipped_model_through_openvino_matches_keras_on_real_weights():
+    """The shipped MiniLM: fill_mask top-1, answer spans and embeddings agree at float32."""
+    pytest.importorskip("openvino")
+    if not (REPO / "saved_models" / "minilm-l6-squad").is_dir():
+        pytest.skip("no shipped checkpoints")
+    context = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in "
+               "Paris. It is named after the engineer Gustave Eiffel, whose company designed "
+               "and built the tower from 1887 to 1889.")
+    questions = ["Who is the tower named after?", "Where is the tower?", "When was it built?"]
+    ref, m = kbert.load("minilm-l6-squad"), kbert.load("minilm-l6-squad", runtime="openvino")
+    assert [a[0]["text"] for a in m.answer(questions, [context] * 3)] == \
+        [a[0]["text"] for a in ref.answer(questions, [context] * 3)]
+    assert _cosine(m.embed(questions, pooling="mean"),
+                   ref.embed(questions, pooling="mean")).min() >= 0.9999
