@@ -6,7 +6,7 @@ Every head follows one pattern: (gather) → dropout/transform → dense → res
 import keras
 from keras import ops
 
-from kbert.layers import activation, initializer
+from kbert.layers import LayerNorm, activation, initializer
 
 
 class MaskedLMHead(keras.layers.Layer):
@@ -37,7 +37,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.transform = keras.layers.Dense(
             hidden, activation=activation(hidden_act), name="transform",
             kernel_initializer=initializer(initializer_range), dtype=self.dtype_policy)
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy)
 
     def build(self, sequence_output_shape, masked_lm_positions_shape=None):

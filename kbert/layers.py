@@ -4,9 +4,26 @@ Written with `keras.ops` only, so they run on the TensorFlow, JAX and PyTorch ba
 Shapes: B batch, T sequence length, H hidden size, N heads, D = H / N head size, I intermediate.
 """
 
+import contextlib
+import contextvars
+
 import keras
 import ml_dtypes
 from keras import ops
+
+_FOR_GRAPHS = contextvars.ContextVar("kbert_tracing_for_graphs", default=False)
+
+
+@contextlib.contextmanager
+def tracing_for_graphs():
+    """Inside it, the encoder is traced in the forms graph compilers fuse (`LayerNorm`'s and
+    `TransformerEncoderBlock._graph_attention`): what `kbert.runtime.graphs` exports for
+    OpenVINO and ONNX Runtime. The same values (a test holds them equal); inference only."""
+    token = _FOR_GRAPHS.set(True)
+    try:
+        yield
+    finally:
+        _FOR_GRAPHS.reset(token)
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -20,6 +37,28 @@ def gelu(x):
     if keras.backend.backend() == "tensorflow":
         return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
     return keras.activations.gelu(x, approximate=False)
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class LayerNorm(keras.layers.LayerNormalization):
+    """Keras' `LayerNormalization` over the last axis (centre and scale on).
+
+    Under `tracing_for_graphs` it is written (x − mean) / √(var + ε) · γ + β in float32 with a
+    one-element axis list: the pattern OpenVINO fuses into one MVN op (Keras' own form, moments
+    and a fused multiply-add, stays a dozen elementwise ops there, and OpenVINO's fusion fails
+    on a scalar axis). Twin of Keras' `ops.layer_normalization` (a test holds them equal).
+    """
+
+    def call(self, inputs):
+        if not _FOR_GRAPHS.get():
+            return super().call(inputs)
+        x = ops.cast(inputs, "float32")
+        mean = ops.mean(x, axis=(-1,), keepdims=True)
+        centered = x - mean
+        variance = ops.mean(centered * centered, axis=(-1,), keepdims=True)
+        x = centered / ops.sqrt(variance + self.epsilon)
+        x = x * ops.cast(self.gamma, "float32") + ops.cast(self.beta, "float32")
+        return ops.cast(x, self.compute_dtype)
 
 
 def activation(name):
@@ -210,7 +249,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.token_type_embeddings = keras.layers.Embedding(
             type_vocab_size, hidden_size, embeddings_initializer=init, dtype=self.dtype_policy,
             name="token_type_embeddings")
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm")
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
@@ -283,12 +322,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
         norm = dict(epsilon=layer_norm_epsilon, dtype=self.dtype_policy)
         self.qkv = Dense(3 * hidden_size, name="qkv", **dense)
         self.attention_output = Dense(hidden_size, name="attention_output", **dense)
-        self.attention_layer_norm = keras.layers.LayerNormalization(
+        self.attention_layer_norm = LayerNorm(
             name="attention_layer_norm", **norm)
         self.intermediate = Dense(
             intermediate_size, activation=activation(hidden_act), name="intermediate", **dense)
         self.output_dense = Dense(hidden_size, name="output", **dense)
-        self.output_layer_norm = keras.layers.LayerNormalization(name="output_layer_norm", **norm)
+        self.output_layer_norm = LayerNorm(name="output_layer_norm", **norm)
         self.attention_probs_dropout = keras.layers.Dropout(attention_dropout,
                                                             dtype=self.dtype_policy)
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
@@ -310,6 +349,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         if first_token_only:
             mask, seq_len = mask[:, :, :1], 1                                  # [B, 1, 1, T]
         drop_rate = self.attention_dropout_rate if training else 0.0
+        if _FOR_GRAPHS.get() and not return_attention and not training:
+            return self._graph_attention(qkv, mask, first_token_only), None
         backend = keras.backend.backend()
         if (return_attention or (drop_rate > 0 and backend != "torch")
                 or (backend == "jax" and not _jax_fused(qkv))):
@@ -326,6 +367,23 @@ class TransformerEncoderBlock(keras.layers.Layer):
             context = ops.dot_product_attention(q, k, v, mask=mask, scale=scale,
                                                 flash_attention=False)
         return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
+
+    def _graph_attention(self, qkv, mask, first_token_only):
+        """softmax(Q·Kᵀ/√D + bias)·V in the form graph compilers fuse into one attention op
+        (OpenVINO's MHA subgraph): heads leading, an additive mask bias, a plain softmax.
+        Twin of `_explicit_attention` for inference (`tracing_for_graphs`; a test holds
+        them equal). `qkv` [B, T, 3, N, D] → context [B, T or 1, H]."""
+        q, k, v = ops.unstack(qkv, 3, axis=2)                                # [B, T, N, D]
+        q = q[:, :1] if first_token_only else q
+        batch, seq_len = ops.shape(q)[0], ops.shape(q)[1]
+        q = ops.transpose(q, (0, 2, 1, 3))                                   # [B, N, T, D]
+        k = ops.transpose(k, (0, 2, 3, 1))                                   # [B, N, D, T]
+        v = ops.transpose(v, (0, 2, 1, 3))                                   # [B, N, T, D]
+        bias = (1.0 - ops.cast(mask, q.dtype)) * ops.cast(-1e9, q.dtype)   # [B, 1, 1|T, T]
+        scores = ops.matmul(q, k) * ops.cast(self.head_size ** -0.5, q.dtype) + bias
+        context = ops.matmul(ops.softmax(scores, axis=-1), v)                # [B, N, T, D]
+        return ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
+                           (batch, seq_len, self.hidden_size))                # [B, T, H]
 
     def _explicit_attention(self, qkv, mask, training, return_attention, first_token_only):
         """softmax(Q·Kᵀ/√D + mask)·V with heads leading, the softmax normalised after the

@@ -80,6 +80,43 @@ def _pairs(method, first, second, what=("sentence_a", "sentence_b"), allow_empty
     return a, b, single_a
 
 
+CALL_COST_TOKENS = 32   # a pass's fixed cost per call, in tokens' worth of compute
+
+
+def plan_batches(lengths, batch_size: int, hidden_size: int, split: bool = True) -> list:
+    """Index arrays of the batches to run: sorted by length, at most `batch_size` each.
+
+    With `split` (runtimes that run each batch at its own shape), the sorted list is cut where
+    padding would cost more than another call: the cuts minimise the modelled cost, for each
+    batch `CALL_COST_TOKENS + rows * L * (1 + L / (6 * hidden_size))` with L its longest input
+    (the L / 6H term is attention's share against the dense layers' 12H² per token). Without
+    it (JAX's bucket shapes, one compilation each), plain slices of `batch_size`.
+
+    >>> [b.tolist() for b in plan_batches([5, 300, 7, 290, 6], 32, 384)]
+    [[0, 4, 2], [3, 1]]
+    >>> [b.tolist() for b in plan_batches([5, 300, 7, 290, 6], 32, 384, split=False)]
+    [[0, 4, 2, 3, 1]]
+    """
+    order = np.argsort(np.asarray(lengths), kind="stable")       # similar lengths together
+    if not split or len(order) <= 1:
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    sizes = np.maximum(np.asarray(lengths, float)[order], 1.0)
+    per_row = sizes * (1.0 + sizes / (6.0 * hidden_size))         # cost of a row at its length
+    n = len(order)
+    best = np.full(n + 1, np.inf)
+    best[0], cut = 0.0, np.zeros(n + 1, int)
+    for end in range(1, n + 1):                  # best[end]: the cheapest plan of the first end
+        starts = np.arange(max(0, end - batch_size), end)
+        costs = best[starts] + CALL_COST_TOKENS + (end - starts) * per_row[end - 1]
+        k = int(np.argmin(costs))
+        best[end], cut[end] = costs[k], starts[k]
+    batches, end = [], n
+    while end > 0:
+        batches.append(order[cut[end]:end])
+        end = cut[end]
+    return batches[::-1]
+
+
 class Bert:
     """A BERT checkpoint for inference: `fill_mask`, `next_sentence`, `answer`, `classify`,
     `tag`, `embed`.
@@ -149,10 +186,9 @@ class Bert:
         """Packs id lists in length-sorted batches and runs `kind` on each: [(indices,
         features, output)] in batch order."""
         lengths = [len(a) + (len(b) if b is not None else 0) for a, b in zip(firsts, seconds)]
-        order = np.argsort(lengths, kind="stable")          # similar lengths together
         out = []
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+        for idx in plan_batches(lengths, batch_size, self.config.hidden_size,
+                                split=not self._runner.pads):
             features, _ = self.tokenizer.pack(
                 [firsts[i] for i in idx],
                 None if seconds[0] is None else [seconds[i] for i in idx],
@@ -359,9 +395,8 @@ class Bert:
             rows = features.example_index == e
             example_width[rows] = lengths[rows].max()
         out = np.full((n, width, 2), -np.inf, np.float32)
-        order = np.argsort(example_width, kind="stable")
-        for start in range(0, n, batch_size):
-            idx = order[start:start + batch_size]
+        for idx in plan_batches(example_width, batch_size, self.config.hidden_size,
+                                split=not self._runner.pads):
             own = int(example_width[idx].max())
             batch = {k: inputs[k][idx][:, :own]
                      for k in ("input_ids", "segment_ids", "input_mask")}

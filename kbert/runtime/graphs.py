@@ -97,23 +97,39 @@ def convert_pass(backbone, heads, kind, fmt: str, path: str) -> str:
     import keras
     import tensorflow as tf
 
+    from kbert.layers import tracing_for_graphs
     from kbert.runtime.passes import PassModel
     if keras.backend.backend() != "tensorflow":
         raise ExportError("graphs are made on the TensorFlow backend (see convert_checkpoint)")
     model = PassModel(backbone, heads, kind)
-    model(_sample_features(kind))                       # builds it; export needs a called model
     spec = {name: tf.TensorSpec([None, None], "int32", name=name) for name in input_names(kind)}
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+    with tempfile.TemporaryDirectory(dir=folder) as tmp, tracing_for_graphs():
         out = os.path.join(tmp, os.path.basename(path))
+        model(_sample_features(kind))                   # builds it; export needs a called model
         model.export(out, format=fmt, input_signature=[spec], verbose=False)
+        if fmt == "openvino":
+            _keep_first_output(out)
         for name in os.listdir(tmp):                    # the .xml last: readers look for it
             if not name.endswith(".xml"):
                 os.replace(os.path.join(tmp, name), os.path.join(folder, name))
         if fmt == "openvino":
             os.replace(out, path)
     return path
+
+
+def _keep_first_output(path):
+    """Drops the results OpenVINO's TensorFlow reader adds for values the pass computes but
+    does not return (shape scalars, the pooler of a pass that reads the sequence): the pass's
+    own output is the first."""
+    import openvino as ov
+    model = ov.Core().read_model(path)
+    if len(model.outputs) > 1:
+        model = ov.Model([model.output(0)], model.get_parameters(), model.get_friendly_name())
+        os.remove(path)
+        os.remove(os.path.splitext(path)[0] + ".bin")
+        ov.save_model(model, path, compress_to_fp16=False)
 
 
 def convert_checkpoint(directory: str, folder: str, kinds, fmt: str) -> None:

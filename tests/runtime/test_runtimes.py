@@ -202,3 +202,22 @@ def test_shipped_model_through_openvino_matches_keras_on_real_weights():
         [a[0]["text"] for a in ref.answer(questions, [context] * 3)]
     assert _cosine(m.embed(questions, pooling="mean"),
                    ref.embed(questions, pooling="mean")).min() >= 0.9999
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_forms_traced_for_graphs_equal_the_keras_forms(causal):
+    """`tracing_for_graphs`' LayerNorm and attention are twins of the training forms."""
+    from kbert.layers import tracing_for_graphs
+    keras.utils.set_random_seed(1)
+    backbone = kbert.BertBackbone(BertConfig.preset("tiny", vocab_size=120, causal=causal))
+    ids = np.random.default_rng(0).integers(5, 120, (3, 9)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[1, 6:], mask[2, 2:] = 0, 0
+    features = {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": mask}
+    want = backbone(features, training=False)
+    with tracing_for_graphs():
+        got = backbone(features, training=False)
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(got[key]),
+                                   keras.ops.convert_to_numpy(want[key]), atol=2e-6)
