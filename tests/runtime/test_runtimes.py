@@ -46,6 +46,7 @@ def _results(m):
             "nsp": m.next_sentence(TEXTS[:2], TEXTS[2:]),
             "embed_mean": m.embed(TEXTS, pooling="mean"), "embed_cls": m.embed(TEXTS),
             "classify": m.classify(TEXTS), "tag": m.tag(TEXTS),
+            "hidden": m.hidden_states(TEXTS[1], layers=(0, -1))["features"],
             "answer": m.answer(["who went to the store ?"] * 2,
                                ["the man went to the store .", TEXTS[1]], top_k=2)}
 
@@ -66,6 +67,7 @@ def _assert_same(ours, ref, atol):
                                [p["is_next"] for p in ref["nsp"]], atol=atol)
     for key in ("embed_mean", "embed_cls"):
         assert _cosine(ours[key], ref[key]).min() >= 0.999
+    np.testing.assert_allclose(ours["hidden"], ref["hidden"], atol=atol)
     for got, want in zip(ours["classify"], ref["classify"]):
         assert max(got, key=got.get) == max(want, key=want.get)
         np.testing.assert_allclose(list(got.values()), list(want.values()), atol=atol)
@@ -221,3 +223,26 @@ def test_the_forms_traced_for_graphs_equal_the_keras_forms(causal):
     for key in ("sequence_output", "pooled_output"):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(got[key]),
                                    keras.ops.convert_to_numpy(want[key]), atol=2e-6)
+
+
+def test_the_cli_names_the_runtime_dtypes_and_refuses_a_bad_pair_in_one_line(tmp_path, capsys):
+    from kbert import cli
+    from kbert.runtime import DTYPES
+    assert set(cli.DTYPE_NAMES) == set(DTYPES)
+    out = str(tmp_path / "x")
+    assert cli.main(["export", "minilm-l6-squad", "--output", out, "--format", "onnx",
+                     "--dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kbert export: error: ONNX Runtime has no bfloat16") and "\n" not in err
+    assert cli.main(["export", "minilm-l6-squad", "--output", out, "--dtype", "int8"]) == 2
+    assert "--format onnx or openvino" in capsys.readouterr().err
+    assert not os.path.exists(out)
+
+
+def test_the_playground_says_what_runs_it():
+    pytest.importorskip("gradio")
+    from app.registry import InputError, Registry
+    registry = Registry({}, runtime="keras", dtype="auto")
+    assert (registry.runtime, registry.dtype) == ("keras", hardware.auto_dtype())
+    with pytest.raises(InputError, match="int8"):
+        Registry({}, runtime="keras", dtype="int8")
