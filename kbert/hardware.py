@@ -2,7 +2,8 @@
 
 `dtype="auto"` (`kbert.load`, `kbert app/evaluate/export --dtype`) resolves here: bfloat16 where
 the CPU multiplies bfloat16 matrices natively (Intel AMX `amx_bf16`, or AVX-512 `avx512_bf16` as
-on AMD Zen 4 and Intel Cooper Lake and later), else float32. A CPU without those instructions runs
+on AMD Zen 4 and Intel Cooper Lake and later) or the Keras backend runs on a GPU with bfloat16
+(NVIDIA compute capability 8.0 on), else float32. A CPU without those instructions runs
 bfloat16 through conversions around float32 arithmetic, slower than float32 itself, so "auto"
 never picks it there.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import sys
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")            # native bfloat16 matrix products
 INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")  # native int8 dot products
@@ -48,9 +50,31 @@ def has_fast_bfloat16() -> bool:
     return bool(cpu_info()["bf16_flags"])
 
 
+def gpu_has_bfloat16() -> bool:
+    """Whether the Keras backend's framework, already imported, runs on a GPU with bfloat16
+    (nothing is imported here: a process that has not loaded a framework has no GPU in use)."""
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    try:
+        if backend == "torch" and "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        if backend == "jax" and "jax" in sys.modules:
+            device = sys.modules["jax"].devices()[0]
+            capability = getattr(device, "compute_capability", "0")
+            return device.platform == "gpu" and float(capability) >= 8.0
+        if backend == "tensorflow" and "tensorflow" in sys.modules:
+            tf = sys.modules["tensorflow"]
+            gpus = tf.config.list_physical_devices("GPU")
+            details = [tf.config.experimental.get_device_details(g) for g in gpus]
+            return any(d.get("compute_capability", (0, 0)) >= (8, 0) for d in details)
+    except (RuntimeError, ValueError, AttributeError):
+        return False
+    return False
+
+
 def auto_dtype() -> str:
     """The inference dtype "auto" means on this machine: "bfloat16" or "float32"."""
-    return "bfloat16" if has_fast_bfloat16() else "float32"
+    return "bfloat16" if has_fast_bfloat16() or gpu_has_bfloat16() else "float32"
 
 
 def describe() -> str:
@@ -63,4 +87,4 @@ def describe() -> str:
 
 
 __all__ = ["BF16_FLAGS", "INT8_FLAGS", "auto_dtype", "cpu_info", "describe",
-           "has_fast_bfloat16"]
+           "gpu_has_bfloat16", "has_fast_bfloat16"]
