@@ -47,8 +47,9 @@ def graph_kind(kind):
 
 def kind_name(kind) -> str:
     """A file-name-safe name for a kind: "span", "mlm_logits", "hidden_5_6"."""
-    if isinstance(kind, tuple):
-        return "_".join(str(part) for part in kind)
+    if isinstance(kind, tuple):                  # ("hidden", (0, 6)) -> "hidden_0_6"
+        parts = [kind[0], *(kind[1] if isinstance(kind[1], tuple) else [kind[1]])]
+        return "_".join(str(part) for part in parts)
     return kind
 
 
