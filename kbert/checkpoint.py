@@ -64,9 +64,17 @@ class Checkpoint:
     heads: dict            # name -> Keras layer
     head_options: dict     # name -> dict from config.json (labels, version, ...)
     path: str = None
-    # config.json's `sentence_embedding`: {"pooling", "normalize", "max_seq_length"} of a
-    # sentence encoder (e.g. converted from sentence-transformers); empty otherwise.
-    embedding: dict = dataclasses.field(default_factory=dict)
+    # config.json's `sentence_embedding` (None: read from `path` on first use)
+    sentence_embedding: dict | None = None
+
+    @property
+    def embedding(self) -> dict:
+        """A sentence encoder's {"pooling", "normalize", "max_seq_length"} (e.g. converted
+        from sentence-transformers); empty for other checkpoints."""
+        if self.sentence_embedding is None:
+            raw = _read_config(self.path)[0] if self.path else {}
+            self.sentence_embedding = dict(raw.get("sentence_embedding") or {})
+        return self.sentence_embedding
 
     def summary(self):
         c = self.config
@@ -385,8 +393,7 @@ def load(directory: str | os.PathLike, dtype: str | None = None) -> "Checkpoint"
     heads = {name: make_head(name, backbone, opts) for name, opts in head_options.items()}
     assign(named_variables(backbone, heads), tensors, source=weights_path)
     return Checkpoint(config, vocab, bool(raw.get("do_lower_case", True)), backbone, heads,
-                      head_options, path=directory,
-                      embedding=dict(raw.get("sentence_embedding") or {}))
+                      head_options, path=directory)
 
 
 def assign(variables, tensors, source="weights", allow_extra=False):

@@ -56,7 +56,7 @@ def convert(source, src, output, dtype="float32"):
                            head_options=head_options, dtype=dtype, backbone=backbone, heads=heads,
                            embedding=embedding)
     return checkpoint.Checkpoint(config, vocab, lower_case, backbone, heads, head_options, path,
-                                 embedding=embedding)
+                                 sentence_embedding=embedding)
 
 
 def export(target, ckpt, output):

@@ -96,6 +96,7 @@ class Index:
             raise ValueError(f"index: {len(metadata)} metadata records for {len(texts)} texts")
         self.check_encoder(model)
         limit = self.encoder["max_seq_length"] - 2         # [CLS] and [SEP]
+        overlap = min(overlap, limit // 4)                  # short encoders: a quarter
         passages, split = split_passages(model.tokenizer, texts, limit, overlap)
         if split:
             note = (f"{split} of {len(texts)} texts were longer than the encoder's "
