@@ -53,6 +53,26 @@ def fuse(dense: np.ndarray, lexical: np.ndarray, weight: float = DENSE_WEIGHT) -
     return weight * min_max(dense) + (1.0 - weight) * min_max(lexical)
 
 
+def hybrid(dense_rows: np.ndarray, dense_score, lexical: np.ndarray, top_k: int,
+           weight: float = DENSE_WEIGHT) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(rows, fused scores) per query, best first: the union of the dense side's best rows
+    (`dense_rows` [q, depth]) and BM25's best `depth` (`lexical` [q, passages]), fused.
+
+    `dense_score(i, rows)` gives query i's dense scores at `rows` (exact inner products, also
+    for the candidates only BM25 found).
+    """
+    depth = dense_rows.shape[1]
+    lexical_rows = top_rows(lexical, depth)
+    rows, scores = [], []
+    for i in range(len(dense_rows)):
+        candidates = np.union1d(dense_rows[i], lexical_rows[i])
+        fused = fuse(dense_score(i, candidates), lexical[i, candidates], weight)
+        best = top_rows(fused[None], min(top_k, len(candidates)))[0]
+        rows.append(candidates[best])
+        scores.append(fused[best])
+    return rows, scores
+
+
 def rrf(ranks: list[np.ndarray], k: int = 60) -> np.ndarray:
     """Reciprocal rank fusion (Cormack et al., 2009): Σ 1 / (k + rank), ranks from 1."""
     return sum(1.0 / (k + np.asarray(r, np.float64)) for r in ranks)

@@ -64,12 +64,15 @@ class Index:
     """
 
     def __init__(self, vectors: np.ndarray, passages: list[dict], encoder: dict,
-                 approximate: bool = False, hybrid: bool = False, path: str | None = None):
+                 approximate: bool = False, hybrid: bool = False, path: str | None = None,
+                 split: bool = True, dense_weight: float = fusion.DENSE_WEIGHT):
         self.vectors = np.ascontiguousarray(vectors, np.float32)
         self.passages = passages
         self.encoder = encoder
         self.approximate = bool(approximate)
         self.hybrid = bool(hybrid)
+        self.split = bool(split)
+        self.dense_weight = float(dense_weight)
         self.path = path
         self.notes: list[str] = []       # what building or adding did (texts split)
         self._bm25 = None
@@ -79,11 +82,15 @@ class Index:
     @classmethod
     def build(cls, model, texts: Sequence[str], metadata: Sequence[dict] | None = None,
               batch_size: int = 64, approximate: bool = False, hybrid: bool = False,
-              overlap: int = OVERLAP) -> Index:
-        """Embeds `texts` with `model` (its pooling, at most its trained length; texts longer
-        than that are split into overlapping passages, with a warning that says so)."""
+              overlap: int = OVERLAP, split: bool = True,
+              dense_weight: float = fusion.DENSE_WEIGHT) -> Index:
+        """Embeds `texts` with `model` (its pooling, at most its trained length: texts longer
+        than that are split into overlapping passages, with a warning that says so; with
+        `split=False` truncated, as sentence-transformers does). `hybrid`: search fuses BM25
+        by default, `dense_weight` the dense side's share (`kbert.retrieval.fusion`)."""
         index = cls(np.zeros((0, model.config.hidden_size), np.float32), [],
-                    encoder_lib.identity(model), approximate=approximate, hybrid=hybrid)
+                    encoder_lib.identity(model), approximate=approximate, hybrid=hybrid,
+                    split=split, dense_weight=dense_weight)
         index.add(model, texts, metadata, batch_size=batch_size, overlap=overlap)
         return index
 
@@ -97,7 +104,13 @@ class Index:
         self.check_encoder(model)
         limit = self.encoder["max_seq_length"] - 2         # [CLS] and [SEP]
         overlap = min(overlap, limit // 4)                  # short encoders: a quarter
-        passages, split = split_passages(model.tokenizer, texts, limit, overlap)
+        passages, split = split_passages(model.tokenizer, texts, limit if self.split else
+                                         1 << 62, overlap)
+        if not self.split:
+            long = sum(len(ids) > limit for ids in model.tokenizer.encode_batch(texts))
+            if long:
+                self.notes.append(f"{long} of {len(texts)} texts were longer than the "
+                                  f"encoder's {limit + 2} tokens and were truncated")
         if split:
             note = (f"{split} of {len(texts)} texts were longer than the encoder's "
                     f"{limit + 2} tokens and were split into overlapping passages "
@@ -202,20 +215,11 @@ class Index:
         return self._bm25
 
     def _hybrid(self, queries, vectors, top_k):
-        """Rows and fused scores: the union of the dense and BM25 top candidates, each side's
-        scores min-max normalized over the candidates, then weighted (`fusion.fuse`)."""
+        """Rows and fused scores of the dense and BM25 candidates (`fusion.hybrid`)."""
         depth = min(len(self.passages), max(fusion.CANDIDATES, top_k))
-        lexical = self.bm25().scores(queries)                               # [q, passages]
         _, dense_rows = self.search_vectors(vectors, depth)
-        rows, scores = [], []
-        for i in range(len(queries)):
-            candidates = np.union1d(dense_rows[i], fusion.top_rows(lexical[i:i + 1], depth)[0])
-            dense = self.vectors[candidates] @ vectors[i]
-            fused = fusion.fuse(dense, lexical[i, candidates])
-            best = fusion.top_rows(fused[None], min(top_k, len(candidates)))[0]
-            rows.append(candidates[best])
-            scores.append(fused[best])
-        return rows, scores
+        return fusion.hybrid(dense_rows, lambda i, rows: self.vectors[rows] @ vectors[i],
+                             self.bm25().scores(queries), top_k, self.dense_weight)
 
     def load_encoder(self):
         """The encoder the manifest names, loaded by path (else by name)."""
@@ -234,7 +238,8 @@ class Index:
         return {"format": FORMAT, "version": VERSION, "encoder": self.encoder,
                 "passages": len(self.passages), "sources": self.sources,
                 "dimension": int(self.vectors.shape[1]), "approximate": self.approximate,
-                "hybrid": self.hybrid, "files": [VECTORS, PASSAGES] + (
+                "hybrid": self.hybrid, "split": self.split, "dense_weight": self.dense_weight,
+                "files": [VECTORS, PASSAGES] + (
                     [FAISS] if self.approximate else [])}
 
     def save(self, directory: str | os.PathLike) -> str:
@@ -287,7 +292,9 @@ class Index:
                 f"{directory}: the manifest says {want[0]} passages of dimension {want[1]}, but "
                 f"{VECTORS} holds {vectors.shape} and {PASSAGES} {len(passages)} rows")
         index = cls(vectors, passages, manifest["encoder"], manifest["approximate"],
-                    manifest["hybrid"], path=os.path.abspath(directory))
+                    manifest["hybrid"], path=os.path.abspath(directory),
+                    split=manifest.get("split", True),
+                    dense_weight=manifest.get("dense_weight", fusion.DENSE_WEIGHT))
         if index.approximate:
             index._ann = _faiss().read_index(os.path.join(directory, FAISS))
             if index._ann.ntotal != len(passages):

@@ -177,3 +177,11 @@ def test_approximate_index_finds_the_exact_neighbours(encoder, tmp_path):
     assert loaded.approximate and loaded.search(QUERIES, encoder, top_k=3) == got
     loaded.add(encoder, ["he bought milk ."])
     assert loaded.search("he bought milk .", encoder, top_k=1)[0]["index"] == len(PASSAGES)
+
+
+def test_split_false_truncates_as_sentence_transformers_does(encoder):
+    long = " ".join(PASSAGES)
+    index = Index.build(encoder, [PASSAGES[0], long], split=False)
+    assert len(index) == 2 and index.notes == [
+        "1 of 2 texts were longer than the encoder's 16 tokens and were truncated"]
+    np.testing.assert_allclose(index.vectors[1], normalize(encoder.embed([long]))[0], atol=1e-5)
