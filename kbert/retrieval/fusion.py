@@ -47,7 +47,7 @@ def min_max(scores: np.ndarray) -> np.ndarray:
 def fuse(dense: np.ndarray, lexical: np.ndarray, weight: float = DENSE_WEIGHT) -> np.ndarray:
     """`weight` · minmax(dense) + (1 − `weight`) · minmax(lexical), over the same candidates.
 
-    >>> fuse(np.array([0.9, 0.5, 0.1]), np.array([0.0, 4.0, 2.0])).round(3).tolist()
+    >>> fuse(np.array([0.9, 0.5, 0.1]), np.array([0.0, 4.0, 2.0]), 0.5).round(3).tolist()
     [0.5, 0.75, 0.25]
     """
     return weight * min_max(dense) + (1.0 - weight) * min_max(lexical)

@@ -56,7 +56,8 @@ class Index:
     Example:
     >>> import kbert                                                        # doctest: +SKIP
     >>> m = kbert.load("minilm-l6-v2")                                      # doctest: +SKIP
-    >>> index = kbert.retrieval.Index.build(m, ["Paris is in France.", "Cats purr."])  # +SKIP
+    >>> texts = ["Paris is in France.", "Cats purr."]
+    >>> index = kbert.retrieval.Index.build(m, texts)                      # doctest: +SKIP
     >>> index.save("my-index")                                              # doctest: +SKIP
     >>> index = kbert.retrieval.Index.load("my-index")                      # doctest: +SKIP
     >>> index.search("Where is Paris?", m, top_k=1)                         # doctest: +SKIP
