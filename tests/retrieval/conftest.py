@@ -9,9 +9,6 @@ from helpers import tiny_vocab
 from kbert import BertConfig, checkpoint
 
 VOCAB = tiny_vocab(size=120)
-PASSAGES = ["he bought milk at the store .", "the cat sat on the mat .",
-            "paris is the capital of france .", "the quick brown fox jumps over the lazy dog .",
-            "a man went to the store and it was good .", "the dog was bad !"]
 
 
 def _encoder(path, seed, max_seq_length=16):

@@ -4,8 +4,8 @@ line `kbert COMMAND: error: ...` (exit status 2) on bad input."""
 import json
 
 import pytest
-from conftest import PASSAGES
 
+from helpers import PASSAGES
 from kbert import cli
 
 

@@ -7,8 +7,8 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import PASSAGES
 
+from helpers import PASSAGES
 from kbert.retrieval import EncoderMismatchError, Index, IndexDirectoryError
 from kbert.retrieval.encoder import normalize
 

@@ -5,8 +5,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import PASSAGES
 
+from helpers import PASSAGES
 from kbert.retrieval import fusion, metrics
 
 
