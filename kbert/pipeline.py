@@ -423,12 +423,14 @@ class Bert:
         return out
 
     # --- retrieval (kbert.retrieval does the work) ------------------------------------------
-    def search(self, queries: Texts, passages_or_index, top_k: int = 10, hybrid: bool = False,
+    def search(self, queries: Texts, passages_or_index, top_k: int = 10,
+               hybrid: bool | None = None,
                batch_size: int = 64) -> list[dict] | list[list[dict]]:
         """The `top_k` passages nearest each query, best first: [{"index", "text", "score"}]
         (one such list per query for a list of queries). `passages_or_index` is a list of
         texts or a `kbert.retrieval.Index` built with this model; `hybrid` fuses BM25 with
-        the dense scores (see `kbert.retrieval.search`)."""
+        the dense scores (default: the index's option; off for a list; see
+        `kbert.retrieval.search`)."""
         from kbert.retrieval import search
         return search.search(self, queries, passages_or_index, top_k=top_k, hybrid=hybrid,
                              batch_size=batch_size)

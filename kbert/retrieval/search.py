@@ -8,21 +8,21 @@ from kbert.retrieval.index import Index
 
 
 def search(model, queries: str | Sequence[str], passages_or_index, top_k: int = 10,
-           hybrid: bool = False, batch_size: int = 64) -> list:
+           hybrid: bool | None = None, batch_size: int = 64) -> list:
     """The `top_k` best passages per query: [{"index", "text", "score"}], best first.
 
     `passages_or_index`: an `Index` built with `model` (hits carry its rows' fields too), or a
     list of texts (indexed on the fly; "index" is the position in the list, and a text longer
     than the encoder's length is split and scored by its best passage). `hybrid` fuses BM25
-    with the dense scores (`kbert.retrieval.fusion`); an index built with `hybrid=True` fuses
-    by default.
+    with the dense scores (`kbert.retrieval.fusion`); None: the index's option (an index
+    built with `hybrid=True` fuses), off for a list.
     """
     if isinstance(passages_or_index, Index):
-        return passages_or_index.search(queries, model, top_k=top_k,
-                                        hybrid=hybrid or None, batch_size=batch_size)
+        return passages_or_index.search(queries, model, top_k=top_k, hybrid=hybrid,
+                                        batch_size=batch_size)
     if isinstance(passages_or_index, str):
         passages_or_index = [passages_or_index]
-    index = Index.build(model, passages_or_index, batch_size=batch_size, hybrid=hybrid)
+    index = Index.build(model, passages_or_index, batch_size=batch_size, hybrid=bool(hybrid))
     texts = list(passages_or_index)
     depth = top_k if len(index) == len(texts) else len(index)   # split: rank all passages
     hits = index.search(queries, model, top_k=depth, batch_size=batch_size)
