@@ -377,7 +377,7 @@ def _add_index(sub):
     a.add_argument("files", nargs="+", metavar="FILE", help="as for build")
     for q in (b, a):
         q.add_argument("--text-column", help="JSONL key or CSV column of the text (default text)")
-        q.add_argument("--batch-size", type=positive_int, default=64)
+        q.add_argument("--batch-size", type=positive_int, default=16)
     s = which.add_parser("search", help="the best passages for a query")
     s.add_argument("index", metavar="DIR", help="the index directory")
     s.add_argument("query", nargs="+", help="one or more queries")
@@ -460,9 +460,9 @@ def _run_retrieval_evaluate(args):
 
     from kbert.retrieval import metrics
     model = _load_model(args, args.model)
-    if args.task == "retrieve":
+    if args.task == "retrieve":      # evaluate's --batch-size defaults to 64: 16 suits indexing
         scores = metrics.evaluate_retrieve(model, args.data, hybrid=args.hybrid,
-                                           batch_size=args.batch_size)
+                                           batch_size=min(args.batch_size, 16))
     else:
         scores = metrics.evaluate_rerank(model, args.data, candidates=args.candidates,
                                          batch_size=args.batch_size,

@@ -425,7 +425,7 @@ class Bert:
     # --- retrieval (kbert.retrieval does the work) ------------------------------------------
     def search(self, queries: Texts, passages_or_index, top_k: int = 10,
                hybrid: bool | None = None,
-               batch_size: int = 64) -> list[dict] | list[list[dict]]:
+               batch_size: int = 16) -> list[dict] | list[list[dict]]:
         """The `top_k` passages nearest each query, best first: [{"index", "text", "score"}]
         (one such list per query for a list of queries). `passages_or_index` is a list of
         texts or a `kbert.retrieval.Index` built with this model; `hybrid` fuses BM25 with

@@ -20,7 +20,7 @@ def options(model) -> dict:
                                   model.max_seq_length)}
 
 
-def embed(model, texts, batch_size: int = 64) -> np.ndarray:
+def embed(model, texts, batch_size: int = 16) -> np.ndarray:
     """Unit-length float32 vectors [n, hidden] (the model's `embed`, length-sorted batches)."""
     if not len(texts):
         return np.zeros((0, model.config.hidden_size), np.float32)

@@ -31,6 +31,9 @@ from kbert.retrieval.passages import split_passages
 FORMAT, VERSION = "kbert-index", 1
 MANIFEST, VECTORS, PASSAGES, FAISS = "index.json", "embeddings.npy", "passages.jsonl", "faiss.index"
 OVERLAP = 32        # WordPieces shared by neighbouring windows of a split text
+# Texts per batch: on CPUs, batches of 16 long passages ran 1.3-1.7x faster than batches of 64
+# (attention over 256 tokens stays in cache); short queries lose little to it.
+BATCH_SIZE = 16
 
 
 class IndexDirectoryError(ValueError):
@@ -82,7 +85,7 @@ class Index:
     # --- building --------------------------------------------------------------------------
     @classmethod
     def build(cls, model, texts: Sequence[str], metadata: Sequence[dict] | None = None,
-              batch_size: int = 64, approximate: bool = False, hybrid: bool = False,
+              batch_size: int = BATCH_SIZE, approximate: bool = False, hybrid: bool = False,
               overlap: int = OVERLAP, split: bool = True,
               dense_weight: float = fusion.DENSE_WEIGHT) -> Index:
         """Embeds `texts` with `model` (its pooling, at most its trained length: texts longer
@@ -96,7 +99,7 @@ class Index:
         return index
 
     def add(self, model, texts: Sequence[str], metadata: Sequence[dict] | None = None,
-            batch_size: int = 64, overlap: int = OVERLAP) -> int:
+            batch_size: int = BATCH_SIZE, overlap: int = OVERLAP) -> int:
         """Adds texts (split where too long) embedded by `model`, which must be the index's
         encoder; returns the number of passages added."""
         texts = _check_texts(texts)
@@ -155,7 +158,7 @@ class Index:
 
     # --- search ----------------------------------------------------------------------------
     def search(self, queries: str | Sequence[str], model=None, top_k: int = 10,
-               hybrid: bool | None = None, batch_size: int = 64) -> list:
+               hybrid: bool | None = None, batch_size: int = BATCH_SIZE) -> list:
         """The `top_k` passages for each query, best first: {"index" (the row), "text",
         "score", "source", "start", "end", ...metadata}. `model` defaults to the encoder the
         manifest names (loaded by name or path); `hybrid` to the index's option."""

@@ -136,7 +136,7 @@ def score(rankings: Sequence[Sequence[int]], relevant: Sequence[set[int]],
     return {m: round(100.0 * float(values[m]), 2) for m in metrics}
 
 
-def evaluate_retrieve(model, path: str, hybrid: bool = False, batch_size: int = 64,
+def evaluate_retrieve(model, path: str, hybrid: bool = False, batch_size: int = 16,
                       depth: int = 100) -> dict[str, float]:
     """Indexes the data's corpus with `model`, searches every query (`depth` hits) and scores
     the rankings (`kbert evaluate retrieve`)."""

@@ -8,7 +8,7 @@ from kbert.retrieval.index import Index
 
 
 def search(model, queries: str | Sequence[str], passages_or_index, top_k: int = 10,
-           hybrid: bool | None = None, batch_size: int = 64) -> list:
+           hybrid: bool | None = None, batch_size: int = 16) -> list:
     """The `top_k` best passages per query: [{"index", "text", "score"}], best first.
 
     `passages_or_index`: an `Index` built with `model` (hits carry its rows' fields too), or a

@@ -101,6 +101,8 @@ def test_hybrid_ranks_a_lexical_only_match_first(encoder):
     index = Index.build(encoder, PASSAGES, hybrid=True)          # the index option
     assert index.search("milk", encoder, top_k=1)[0]["index"] == 0
     assert index.search("milk", encoder, top_k=1, hybrid=False)[0]["index"] == dense[0]["index"]
+    assert encoder.search("milk", index, top_k=1)[0]["index"] == 0            # the index's option
+    assert encoder.search("milk", index, top_k=1, hybrid=False)[0]["index"] == dense[0]["index"]
 
 
 def test_a_foreign_encoder_is_refused_naming_both(encoder, other_encoder, tmp_path):
