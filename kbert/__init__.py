@@ -30,6 +30,7 @@ _LAZY = {
                      "BertTokenClassifier"], "kbert.models"),
     **dict.fromkeys(["Bert", "load"], "kbert.pipeline"),
     "pretraining_targets": "kbert.data.inputs",
+    "retrieval": "kbert.retrieval",       # kbert.retrieval.Index, search, metrics
 }
 __all__ = list(_LAZY)
 

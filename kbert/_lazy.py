@@ -10,7 +10,9 @@ def lazy_attributes(namespace: dict, names: dict[str, str]):
 
     def __getattr__(name):
         if name in names:
-            value = getattr(importlib.import_module(names[name]), name)
+            module = importlib.import_module(names[name])
+            # a subpackage listed under its own name is the module itself
+            value = module if names[name] == f"{package}.{name}" else getattr(module, name)
             namespace[name] = value   # later look-ups skip this hook
             return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -7,6 +7,10 @@
                        `tagger/...`, `span/...`, `choice/...`
     MODEL_CARD.md      provenance and measured results (optional for a freshly converted model)
 
+A sentence encoder's config.json also says how it embeds (`sentence_embedding`: the pooling,
+whether vectors are normalized, and the longest input it was trained on), which
+`Bert.embed` and `kbert.retrieval` use as their defaults.
+
 Safetensors keeps the weights framework-neutral (readable without Keras, by any backend) and
 lets a checkpoint be stored in float16 while loading into float32 variables.
 """
@@ -60,6 +64,17 @@ class Checkpoint:
     heads: dict            # name -> Keras layer
     head_options: dict     # name -> dict from config.json (labels, version, ...)
     path: str = None
+    # config.json's `sentence_embedding` (None: read from `path` on first use)
+    sentence_embedding: dict | None = None
+
+    @property
+    def embedding(self) -> dict:
+        """A sentence encoder's {"pooling", "normalize", "max_seq_length"} (e.g. converted
+        from sentence-transformers); empty for other checkpoints."""
+        if self.sentence_embedding is None:
+            raw = _read_config(self.path)[0] if self.path else {}
+            self.sentence_embedding = dict(raw.get("sentence_embedding") or {})
+        return self.sentence_embedding
 
     def summary(self):
         c = self.config
@@ -176,7 +191,7 @@ def save(directory: str | os.PathLike, model: keras.Model | None = None,
          vocab: str | Sequence[str] | None = None, do_lower_case: bool = True,
          head_options: dict | None = None, dtype: str = "float32", *,
          backbone: BertBackbone | None = None, heads: dict | None = None,
-         model_card: str | None = None) -> str:
+         model_card: str | None = None, embedding: dict | None = None) -> str:
     """Writes a checkpoint directory atomically (a temporary directory, then a rename).
 
     Args:
@@ -184,6 +199,8 @@ def save(directory: str | os.PathLike, model: keras.Model | None = None,
         vocab: a list of tokens or a `vocab.txt` path.
         head_options: {head name: options} stored in config.json (e.g. classifier labels).
         dtype: storage dtype of the weights, "float32" or "float16".
+        embedding: a sentence encoder's {"pooling", "normalize", "max_seq_length"}, stored as
+            config.json's `sentence_embedding`.
     """
     from safetensors.numpy import save_file
 
@@ -198,6 +215,8 @@ def save(directory: str | os.PathLike, model: keras.Model | None = None,
     config = backbone.config.to_dict()
     config["do_lower_case"] = bool(do_lower_case)
     config["heads"] = {name: dict(head_options.get(name, {})) for name in heads}
+    if embedding:
+        config["sentence_embedding"] = _check_embedding(dict(embedding), "sentence_embedding")
     tensors = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v).astype(dtype)
                for k, v in named_variables(backbone, heads).items()}
 
@@ -267,6 +286,8 @@ def _read_config(directory):
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: {e}") from None
     _check_heads(raw.get("heads", {}), path)
+    if "sentence_embedding" in raw:
+        _check_embedding(raw["sentence_embedding"], f"{path}: sentence_embedding")
     if not isinstance(raw.get("do_lower_case", True), bool):
         raise CheckpointError(f"{path}: 'do_lower_case' should be true or false, found "
                               f"{_json_type(raw['do_lower_case'])}")
@@ -289,6 +310,23 @@ def _check_heads(heads, path):
         if labels is not None and not isinstance(labels, list):
             raise CheckpointError(f"{path}: heads.{name}.labels should be a list, found "
                                   f"{_json_type(labels)}")
+
+
+def _check_embedding(options, where):
+    """config.json's `sentence_embedding`: {"pooling": "cls"|"mean", "normalize": bool,
+    "max_seq_length": int}, each optional."""
+    if not isinstance(options, dict):
+        raise CheckpointError(f"{where} should be an object, found {_json_type(options)}")
+    if options.get("pooling", "cls") not in ("cls", "mean"):
+        raise CheckpointError(f"{where}.pooling should be 'cls' or 'mean', found "
+                              f"{options['pooling']!r}")
+    if not isinstance(options.get("normalize", False), bool):
+        raise CheckpointError(f"{where}.normalize should be true or false")
+    length = options.get("max_seq_length", 2)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+        raise CheckpointError(f"{where}.max_seq_length should be an integer >= 2, found "
+                              f"{length!r}")
+    return options
 
 
 def _json_type(value):

@@ -182,17 +182,20 @@ class Bert:
         out = self._runner(kind, features, pad_batch(features, rows, length, self._fill_row))
         return keras.tree.map_structure(lambda x: x[:n], out)
 
-    def _batched(self, kind, firsts, seconds, batch_size, extra=None):
+    def _batched(self, kind, firsts, seconds, batch_size, extra=None, max_seq_length=None):
         """Packs id lists in length-sorted batches and runs `kind` on each: [(indices,
-        features, output)] in batch order."""
-        lengths = [len(a) + (len(b) if b is not None else 0) for a, b in zip(firsts, seconds)]
+        features, output)] in batch order (truncated at `max_seq_length`, default the
+        model's)."""
+        cap = (max_seq_length or self.max_seq_length) - 3     # what packing keeps
+        lengths = [min(cap, len(a) + (len(b) if b is not None else 0))
+                   for a, b in zip(firsts, seconds)]
         out = []
         for idx in plan_batches(lengths, batch_size, self.config.hidden_size,
                                 split=not self._runner.pads):
             features, _ = self.tokenizer.pack(
                 [firsts[i] for i in idx],
                 None if seconds[0] is None else [seconds[i] for i in idx],
-                max_seq_length=self.max_seq_length)
+                max_seq_length=max_seq_length or self.max_seq_length)
             if extra is not None:
                 features.update(extra(idx, features))
             out.append((idx, features, self._run(kind, features, batch_size)))
@@ -261,16 +264,30 @@ class Bert:
         return results[0] if single else results
 
     # --- sentence embeddings ----------------------------------------------------------------
-    def embed(self, texts: Texts, pooling: str = "cls", batch_size: int = 32) -> np.ndarray:
-        """Sentence vectors [n, hidden_size]: the `[CLS]` hidden state or the masked mean."""
+    def embed(self, texts: Texts, pooling: str | None = None, batch_size: int = 32,
+              max_seq_length: int | None = None) -> np.ndarray:
+        """Sentence vectors [n, hidden_size]: the `[CLS]` hidden state or the masked mean.
+
+        A sentence encoder's checkpoint (config.json's `sentence_embedding`, written when
+        converting a sentence-transformers model) sets the defaults: its pooling and the
+        longest input it was trained on (e.g. 256 tokens for all-MiniLM-L6-v2), where texts
+        are truncated; otherwise `[CLS]` pooling and the model's `max_seq_length`. Vectors are
+        not normalized (`kbert.retrieval` normalizes them).
+        """
+        recorded = self.checkpoint.embedding
+        pooling = pooling or recorded.get("pooling", "cls")
         if pooling not in ("cls", "mean"):
             raise ValueError(f"embed: pooling must be 'cls' or 'mean', got {pooling!r}")
         texts, _ = _texts("embed", texts, allow_empty=True)
         batch_size = _positive_int("embed", "batch_size", batch_size)
+        length = min(_positive_int("embed", "max_seq_length",
+                                   max_seq_length or recorded.get("max_seq_length",
+                                                                  self.max_seq_length), 2),
+                     self.max_seq_length)
         ids = self.tokenizer.encode_batch(texts)
         out = np.zeros((len(texts), self.config.hidden_size), np.float32)
         for idx, _, vectors in self._batched("embed_" + pooling, ids, [None] * len(ids),
-                                             batch_size):
+                                             batch_size, max_seq_length=length):
             out[idx] = vectors
         return out
 
@@ -447,6 +464,26 @@ class Bert:
             out.append({"text": text[start:end], "label": kind, "start": int(start),
                         "end": int(end), "score": score})
         return out
+
+    # --- retrieval (kbert.retrieval does the work) ------------------------------------------
+    def search(self, queries: Texts, passages_or_index, top_k: int = 10,
+               hybrid: bool | None = None,
+               batch_size: int = 16) -> list[dict] | list[list[dict]]:
+        """The `top_k` passages nearest each query, best first: [{"index", "text", "score"}]
+        (one such list per query for a list of queries). `passages_or_index` is a list of
+        texts or a `kbert.retrieval.Index` built with this model; `hybrid` fuses BM25 with
+        the dense scores (default: the index's option; off for a list; see
+        `kbert.retrieval.search`)."""
+        from kbert.retrieval import search
+        return search.search(self, queries, passages_or_index, top_k=top_k, hybrid=hybrid,
+                             batch_size=batch_size)
+
+    def rerank(self, query: str, passages: Sequence[str], top_k: int | None = None,
+               batch_size: int = 32) -> list[dict]:
+        """Passages sorted by a cross-encoder's relevance to `query`: [{"index", "text",
+        "score"}], best first (a 'classifier' head scoring pairs, or the 'nsp' head)."""
+        from kbert.retrieval import rerank
+        return rerank.rerank(self, query, passages, top_k=top_k, batch_size=batch_size)
 
 
 def load(path: str, dtype: str | None = None, runtime: str | None = None,

@@ -92,3 +92,9 @@ def uncased_vocab():
 def uncased_tokenizer():
     from kbert.tokenizer import Tokenizer
     return Tokenizer(uncased_vocab(), lower_case=True)
+
+
+# Short passages in tiny_vocab()'s words, for the retrieval tests.
+PASSAGES = ["he bought milk at the store .", "the cat sat on the mat .",
+            "paris is the capital of france .", "the quick brown fox jumps over the lazy dog .",
+            "a man went to the store and it was good .", "the dog was bad !"]

@@ -50,9 +50,13 @@ def convert(source, src, output, dtype="float32"):
     heads = {name: checkpoint.make_head(name, backbone, head_options.get(name))
              for name in head_options}
     checkpoint.assign(checkpoint.named_variables(backbone, heads), tensors, source=src)
+    # A sentence encoder's pooling and trained length (sentence-transformers), where known.
+    embedding = getattr(module, "sentence_embedding", lambda src: None)(src) or {}
     path = checkpoint.save(output, vocab=vocab, do_lower_case=lower_case,
-                           head_options=head_options, dtype=dtype, backbone=backbone, heads=heads)
-    return checkpoint.Checkpoint(config, vocab, lower_case, backbone, heads, head_options, path)
+                           head_options=head_options, dtype=dtype, backbone=backbone, heads=heads,
+                           embedding=embedding)
+    return checkpoint.Checkpoint(config, vocab, lower_case, backbone, heads, head_options, path,
+                                 sentence_embedding=embedding)
 
 
 def export(target, ckpt, output):

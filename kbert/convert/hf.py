@@ -6,6 +6,9 @@ Reads `config.json`, `model.safetensors` (or `pytorch_model.bin`, loaded with
 BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification and
 BertForMultipleChoice, with or without the `bert.` prefix, and old `gamma`/`beta` LayerNorm names.
 
+A sentence-transformers directory (`modules.json`, `sentence_bert_config.json`,
+`1_Pooling/config.json`) also gives how it embeds: `sentence_embedding(src)`.
+
 `export_hf` writes the reverse: a directory `from_pretrained` loads into the class that holds
 the checkpoint's heads.
 """
@@ -205,6 +208,37 @@ def load(src):
         raise ValueError(f"{weights}: unexpected variables {shown(unused)}")
     vocab = _vocab(directory)
     return config, tensors, heads, vocab, _lower_case(directory, vocab)
+
+
+def sentence_embedding(src):
+    """{"pooling", "normalize", "max_seq_length"} of a sentence-transformers model directory,
+    or None for a plain transformers one: the pooling from `1_Pooling/config.json`, whether
+    `modules.json` ends with a Normalize module, and the longest input it was trained on
+    (`sentence_bert_config.json`'s `max_seq_length`, e.g. 256 for all-MiniLM-L6-v2)."""
+    directory = src if os.path.isdir(src) else os.path.dirname(src)
+    path = os.path.join(directory, "sentence_bert_config.json")
+    if not os.path.isfile(path):
+        return None
+    options = {}
+    length = read_json(path).get("max_seq_length")
+    if isinstance(length, int) and not isinstance(length, bool) and length >= 2:
+        options["max_seq_length"] = length
+    modules = []
+    if os.path.isfile(os.path.join(directory, "modules.json")):
+        modules = read_json(os.path.join(directory, "modules.json"))
+    pooling_dir = next((m.get("path", "") for m in modules
+                        if str(m.get("type", "")).endswith("Pooling")), "1_Pooling")
+    pooling_path = os.path.join(directory, pooling_dir, "config.json")
+    if os.path.isfile(pooling_path):
+        pooling = read_json(pooling_path)
+        if pooling.get("pooling_mode_mean_tokens"):
+            options["pooling"] = "mean"
+        elif pooling.get("pooling_mode_cls_token"):
+            options["pooling"] = "cls"
+        else:
+            raise ValueError(f"{pooling_path}: only mean or [CLS] pooling is supported")
+    options["normalize"] = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+    return options
 
 
 # --- export: kbert → transformers `save_pretrained` layout ---------------------------------------

@@ -1,0 +1,90 @@
+"""The encoder side of an index: how a model embeds passages and queries (pooling, length,
+unit vectors), and its identity (hashes of its weights and vocabulary), which an index records
+so that it is never searched with vectors from another encoder."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+
+def options(model) -> dict:
+    """{"pooling", "max_seq_length"} a model embeds with: its checkpoint's
+    `sentence_embedding` (e.g. all-MiniLM-L6-v2: mean pooling, 256 tokens), else `[CLS]`
+    pooling and the model's longest input."""
+    recorded = model.checkpoint.embedding
+    return {"pooling": recorded.get("pooling", "cls"),
+            "max_seq_length": min(int(recorded.get("max_seq_length", model.max_seq_length)),
+                                  model.max_seq_length)}
+
+
+def embed(model, texts, batch_size: int = 16) -> np.ndarray:
+    """Unit-length float32 vectors [n, hidden] (the model's `embed`, length-sorted batches)."""
+    if not len(texts):
+        return np.zeros((0, model.config.hidden_size), np.float32)
+    opts = options(model)
+    vectors = model.embed(list(texts), pooling=opts["pooling"], batch_size=batch_size,
+                          max_seq_length=opts["max_seq_length"])
+    return normalize(vectors)
+
+
+def normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (a zero row stays zero)."""
+    vectors = np.asarray(vectors, np.float32)
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+_IDENTITY_CACHE: dict = {}
+
+
+def identity(model) -> dict:
+    """{"name", "path", "weights_sha256", "vocab_sha256", "pooling", "max_seq_length",
+    "hidden_size"}:
+    the encoder's weights hashed as the checkpoint stores them (the backbone's tensors only,
+    so adding or changing a head changes nothing), its vocabulary and casing."""
+    ckpt = model.checkpoint
+    path = ckpt.path
+    key = None
+    if path and os.path.isfile(os.path.join(path, "model.safetensors")):
+        stat = os.stat(os.path.join(path, "model.safetensors"))
+        key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
+    if key is None or key not in _IDENTITY_CACHE:
+        digest = _weights_digest(path, model.backbone)
+        if key is not None:
+            _IDENTITY_CACHE[key] = digest
+    else:
+        digest = _IDENTITY_CACHE[key]
+    vocab = hashlib.sha256(("\n".join(ckpt.vocab) + f"\nlower_case={ckpt.do_lower_case}")
+                           .encode("utf-8")).hexdigest()
+    return {"name": os.path.basename(os.path.normpath(path)) if path else "(in memory)",
+            "path": os.path.abspath(path) if path else None, "weights_sha256": digest,
+            "vocab_sha256": vocab, "hidden_size": model.config.hidden_size, **options(model)}
+
+
+def _weights_digest(path, backbone):
+    """sha256 over the backbone's tensors (name, dtype, shape, bytes) in name order: from the
+    checkpoint file where there is one, else from the weights in memory."""
+    h = hashlib.sha256()
+    if path and os.path.isfile(os.path.join(path, "model.safetensors")):
+        from safetensors import safe_open
+        with safe_open(os.path.join(path, "model.safetensors"), "numpy") as f:
+            for name in sorted(k for k in f.keys() if k.startswith("backbone/")):
+                _update(h, name, f.get_tensor(name))
+        return h.hexdigest()
+    for v in sorted(backbone.weights, key=lambda v: v.path):
+        _update(h, "backbone/" + v.path.split("/", 1)[-1], np.asarray(v.numpy()))
+    return h.hexdigest()
+
+
+def _update(h, name, array):
+    h.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
+    h.update(np.ascontiguousarray(array).tobytes())
+
+
+def describe(ident: dict) -> str:
+    """'NAME (weights 1a2b3c4d, vocabulary 5e6f7a8b)' for messages."""
+    return (f"{ident.get('name', '?')} (weights {str(ident.get('weights_sha256', '?'))[:8]}, "
+            f"vocabulary {str(ident.get('vocab_sha256', '?'))[:8]})")

@@ -1,0 +1,395 @@
+"""`Index`: passages, their unit vectors from one encoder, and search over them.
+
+A saved index is a directory, written atomically (a temporary directory, then a rename):
+
+    index.json        the manifest: format version, the encoder's identity (weights and
+                      vocabulary hashes, pooling, maximum length), counts, options
+    embeddings.npy    float32 [passages, hidden], unit rows
+    passages.jsonl    one {"text", "source", "start", "end", ...metadata} per row
+    faiss.index       the approximate (HNSW) index, when built with approximate=True
+
+Search is exact inner product in NumPy by default (cosine: the rows are unit length); an
+approximate HNSW index (faiss-cpu, the optional `retrieval` extra) serves collections beyond
+~100k passages. BM25 (hybrid search) is rebuilt from the passages when first needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from kbert.retrieval import encoder as encoder_lib
+from kbert.retrieval import fusion
+from kbert.retrieval.passages import split_passages
+
+FORMAT, VERSION = "kbert-index", 1
+MANIFEST, VECTORS, PASSAGES, FAISS = "index.json", "embeddings.npy", "passages.jsonl", "faiss.index"
+OVERLAP = 32        # WordPieces shared by neighbouring windows of a split text
+# Texts per batch: on CPUs, batches of 16 long passages ran 1.3-1.7x faster than batches of 64
+# (attention over 256 tokens stays in cache); short queries lose little to it.
+BATCH_SIZE = 16
+
+
+class IndexDirectoryError(ValueError):
+    """A directory that is not a complete kbert index: says what is missing or wrong."""
+
+
+class EncoderMismatchError(ValueError):
+    """An index searched with (or extended by) another encoder than it was built with."""
+
+
+def _faiss():
+    try:
+        import faiss  # optional: pip install "kbert[retrieval]"
+    except ModuleNotFoundError:
+        raise ValueError("an approximate index needs faiss: pip install 'kbert[retrieval]' "
+                         "(or use the exact index, approximate=False)") from None
+    return faiss
+
+
+class Index:
+    """Passages and their vectors from one encoder, searchable by that encoder's queries.
+
+    Example:
+    >>> import kbert                                                        # doctest: +SKIP
+    >>> m = kbert.load("minilm-l6-v2")                                      # doctest: +SKIP
+    >>> texts = ["Paris is in France.", "Cats purr."]
+    >>> index = kbert.retrieval.Index.build(m, texts)                      # doctest: +SKIP
+    >>> index.save("my-index")                                              # doctest: +SKIP
+    >>> index = kbert.retrieval.Index.load("my-index")                      # doctest: +SKIP
+    >>> index.search("Where is Paris?", m, top_k=1)                         # doctest: +SKIP
+    [{'index': 0, 'text': 'Paris is in France.', 'score': 0.68, 'source': 0, ...}]
+    """
+
+    def __init__(self, vectors: np.ndarray, passages: list[dict], encoder: dict,
+                 approximate: bool = False, hybrid: bool = False, path: str | None = None,
+                 split: bool = True, dense_weight: float = fusion.DENSE_WEIGHT):
+        self.vectors = np.ascontiguousarray(vectors, np.float32)
+        self.passages = passages
+        self.encoder = encoder
+        self.approximate = bool(approximate)
+        self.hybrid = bool(hybrid)
+        self.split = bool(split)
+        self.dense_weight = float(dense_weight)
+        self.path = path
+        self.notes: list[str] = []       # what building or adding did (texts split)
+        self._bm25 = None
+        self._ann = None
+
+    # --- building --------------------------------------------------------------------------
+    @classmethod
+    def build(cls, model, texts: Sequence[str], metadata: Sequence[dict] | None = None,
+              batch_size: int = BATCH_SIZE, approximate: bool = False, hybrid: bool = False,
+              overlap: int = OVERLAP, split: bool = True,
+              dense_weight: float = fusion.DENSE_WEIGHT) -> Index:
+        """Embeds `texts` with `model` (its pooling, at most its trained length: texts longer
+        than that are split into overlapping passages, with a warning that says so; with
+        `split=False` truncated, as sentence-transformers does). `hybrid`: search fuses BM25
+        by default, `dense_weight` the dense side's share (`kbert.retrieval.fusion`)."""
+        index = cls(np.zeros((0, model.config.hidden_size), np.float32), [],
+                    encoder_lib.identity(model), approximate=approximate, hybrid=hybrid,
+                    split=split, dense_weight=dense_weight)
+        index.add(model, texts, metadata, batch_size=batch_size, overlap=overlap)
+        return index
+
+    def add(self, model, texts: Sequence[str], metadata: Sequence[dict] | None = None,
+            batch_size: int = BATCH_SIZE, overlap: int = OVERLAP) -> int:
+        """Adds texts (split where too long) embedded by `model`, which must be the index's
+        encoder; returns the number of passages added."""
+        texts = _check_texts(texts)
+        if metadata is not None and len(metadata) != len(texts):
+            raise ValueError(f"index: {len(metadata)} metadata records for {len(texts)} texts")
+        self.check_encoder(model)
+        limit = self.encoder["max_seq_length"] - 2         # [CLS] and [SEP]
+        overlap = min(overlap, limit // 4)                  # short encoders: a quarter
+        passages, split = split_passages(model.tokenizer, texts, limit if self.split else
+                                         1 << 62, overlap)
+        if not self.split:
+            long = sum(len(ids) > limit for ids in model.tokenizer.encode_batch(texts))
+            if long:
+                self.notes.append(f"{long} of {len(texts)} texts were longer than the "
+                                  f"encoder's {limit + 2} tokens and were truncated")
+        if split:
+            note = (f"{split} of {len(texts)} texts were longer than the encoder's "
+                    f"{limit + 2} tokens and were split into overlapping passages "
+                    f"({overlap} tokens shared)")
+            self.notes.append(note)
+            warnings.warn(note, stacklevel=2)
+        first = self.sources
+        vectors = encoder_lib.embed(model, [p.text for p in passages], batch_size)
+        for p in passages:
+            record = {"text": p.text, "source": first + p.source, "start": p.start,
+                      "end": p.end}
+            if metadata is not None:
+                record.update({k: v for k, v in dict(metadata[p.source]).items()
+                               if k not in record})
+            self.passages.append(record)
+        self.vectors = np.concatenate([self.vectors, vectors]) if len(self.vectors) else vectors
+        self._bm25 = None
+        if self._ann is not None:
+            self._ann.add(vectors)
+        return len(passages)
+
+    @property
+    def sources(self) -> int:
+        """How many texts the passages come from."""
+        return self.passages[-1]["source"] + 1 if self.passages else 0
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def check_encoder(self, model) -> None:
+        """Refuses a model other than the index's encoder, naming both."""
+        theirs = encoder_lib.identity(model)
+        ours = self.encoder
+        keys = ("weights_sha256", "vocab_sha256", "pooling", "max_seq_length", "hidden_size")
+        if any(ours.get(k) != theirs.get(k) for k in keys):
+            where = f"the index {self.path}" if self.path else "the index"
+            raise EncoderMismatchError(
+                f"{where} was built with encoder {encoder_lib.describe(ours)}, not "
+                f"{encoder_lib.describe(theirs)}; search it with the encoder it was built with, "
+                f"or rebuild it")
+
+    # --- search ----------------------------------------------------------------------------
+    def search(self, queries: str | Sequence[str], model=None, top_k: int = 10,
+               hybrid: bool | None = None, batch_size: int = BATCH_SIZE) -> list:
+        """The `top_k` passages for each query, best first: {"index" (the row), "text",
+        "score", "source", "start", "end", ...metadata}. `model` defaults to the encoder the
+        manifest names (loaded by name or path); `hybrid` to the index's option."""
+        single = isinstance(queries, str)
+        queries = _check_queries(queries)
+        top_k = _check_top_k(top_k)
+        if not self.passages:
+            raise ValueError("search: the index is empty")
+        if model is None:
+            model = self.load_encoder()
+        self.check_encoder(model)
+        vectors = encoder_lib.embed(model, queries, batch_size)
+        use_hybrid = self.hybrid if hybrid is None else hybrid
+        if use_hybrid:
+            rows, scores = self._hybrid(queries, vectors, top_k)
+        else:
+            scores, rows = self.search_vectors(vectors, top_k)
+        hits = [[self._hit(int(r), float(s)) for r, s in zip(row, score)]
+                for row, score in zip(rows, scores)]
+        return hits[0] if single else hits
+
+    def _hit(self, row, score):
+        return {"index": row, "text": self.passages[row]["text"], "score": score,
+                **{k: v for k, v in self.passages[row].items() if k != "text"}}
+
+    def search_vectors(self, queries: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) [q, k] of the best inner products, best first (ties: lower row)."""
+        queries = np.asarray(queries, np.float32).reshape(-1, self.vectors.shape[1])
+        k = min(top_k, len(self.vectors))
+        if self.approximate:
+            index = self._approximate_index()
+            index.hnsw.efSearch = max(64, 2 * k)
+            scores, rows = index.search(queries, k)
+            return scores, rows
+        out_s, out_r = np.zeros((len(queries), k), np.float32), np.zeros((len(queries), k), int)
+        chunk = max(1, (1 << 24) // max(1, len(self.vectors)))   # ~64 MB of scores at a time
+        for start in range(0, len(queries), chunk):
+            scores = queries[start:start + chunk] @ self.vectors.T          # [chunk, passages]
+            out_r[start:start + chunk] = fusion.top_rows(scores, k)
+            out_s[start:start + chunk] = np.take_along_axis(scores, out_r[start:start + chunk], 1)
+        return out_s, out_r
+
+    def _approximate_index(self):
+        if self._ann is None:
+            faiss = _faiss()
+            self._ann = faiss.IndexHNSWFlat(self.vectors.shape[1], 32,
+                                            faiss.METRIC_INNER_PRODUCT)
+            self._ann.hnsw.efConstruction = 80
+            if len(self.vectors):
+                self._ann.add(self.vectors)
+        return self._ann
+
+    def bm25(self):
+        """The passages' BM25 (built on first use, after each `add`)."""
+        if self._bm25 is None:
+            from kbert.retrieval.lexical import BM25
+            self._bm25 = BM25([p["text"] for p in self.passages])
+        return self._bm25
+
+    def _hybrid(self, queries, vectors, top_k):
+        """Rows and fused scores of the dense and BM25 candidates (`fusion.hybrid`)."""
+        depth = min(len(self.passages), max(fusion.CANDIDATES, top_k))
+        _, dense_rows = self.search_vectors(vectors, depth)
+        return fusion.hybrid(dense_rows, lambda i, rows: self.vectors[rows] @ vectors[i],
+                             self.bm25().scores(queries), top_k, self.dense_weight)
+
+    def load_encoder(self):
+        """The encoder the manifest names, loaded by path (else by name)."""
+        import kbert
+        for where in (self.encoder.get("path"), self.encoder.get("name")):
+            if where and (os.path.isdir(where) or os.sep not in where):
+                try:
+                    return kbert.load(where)
+                except ValueError:
+                    continue
+        raise ValueError(f"the index was built with encoder {encoder_lib.describe(self.encoder)}"
+                         f", which cannot be found at {self.encoder.get('path')}; pass the model")
+
+    # --- saving and loading ----------------------------------------------------------------
+    def manifest(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "encoder": self.encoder,
+                "passages": len(self.passages), "sources": self.sources,
+                "dimension": int(self.vectors.shape[1]), "approximate": self.approximate,
+                "hybrid": self.hybrid, "split": self.split, "dense_weight": self.dense_weight,
+                "files": [VECTORS, PASSAGES] + (
+                    [FAISS] if self.approximate else [])}
+
+    def save(self, directory: str | os.PathLike) -> str:
+        """Writes the index directory atomically (replacing an existing index there)."""
+        directory = os.path.abspath(os.fspath(directory))
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise IndexDirectoryError(f"{directory} exists and is not a directory")
+        if os.path.isdir(directory) and os.listdir(directory) and not os.path.isfile(
+                os.path.join(directory, MANIFEST)):
+            raise IndexDirectoryError(f"{directory} is a non-empty directory that is not a "
+                                      f"kbert index; refusing to replace it")
+        parent = os.path.dirname(directory)
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(directory) + "-", dir=parent)
+        try:
+            np.save(os.path.join(tmp, VECTORS), self.vectors)
+            with open(os.path.join(tmp, PASSAGES), "w", encoding="utf-8") as f:
+                for p in self.passages:
+                    f.write(json.dumps(p, ensure_ascii=False) + "\n")
+            if self.approximate:
+                _faiss().write_index(self._approximate_index(), os.path.join(tmp, FAISS))
+            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:   # last
+                json.dump(self.manifest(), f, indent=2)
+                f.write("\n")
+            os.chmod(tmp, 0o755)
+            _swap_in(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.path = directory
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> Index:
+        """Reads an index directory, checking that every file is there and agrees."""
+        directory = os.fspath(directory)
+        manifest = _read_manifest(directory)
+        for name in manifest["files"]:
+            if not os.path.isfile(os.path.join(directory, name)):
+                raise IndexDirectoryError(f"{directory}: missing {name} (an incomplete index; "
+                                          f"rebuild it)")
+        try:
+            vectors = np.load(os.path.join(directory, VECTORS), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise IndexDirectoryError(f"{directory}: {VECTORS} is unreadable ({e})") from None
+        passages = _read_passages(os.path.join(directory, PASSAGES))
+        want = (manifest["passages"], manifest["dimension"])
+        if vectors.ndim != 2 or vectors.shape != want or len(passages) != want[0]:
+            raise IndexDirectoryError(
+                f"{directory}: the manifest says {want[0]} passages of dimension {want[1]}, but "
+                f"{VECTORS} holds {vectors.shape} and {PASSAGES} {len(passages)} rows")
+        index = cls(vectors, passages, manifest["encoder"], manifest["approximate"],
+                    manifest["hybrid"], path=os.path.abspath(directory),
+                    split=manifest.get("split", True),
+                    dense_weight=manifest.get("dense_weight", fusion.DENSE_WEIGHT))
+        if index.approximate:
+            index._ann = _faiss().read_index(os.path.join(directory, FAISS))
+            if index._ann.ntotal != len(passages):
+                raise IndexDirectoryError(f"{directory}: {FAISS} holds {index._ann.ntotal} "
+                                          f"vectors, the manifest {len(passages)}")
+        return index
+
+
+def _swap_in(tmp, directory):
+    if os.path.isdir(directory):
+        old = directory + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(directory, old)
+        os.replace(tmp, directory)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, directory)
+
+
+def _read_manifest(directory):
+    if not os.path.isdir(directory):
+        raise IndexDirectoryError(f"index directory not found: {directory}")
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isfile(path):
+        raise IndexDirectoryError(f"{directory}: missing {MANIFEST} (not a kbert index, or one "
+                                  f"whose writing did not finish)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise IndexDirectoryError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise IndexDirectoryError(f"{path}: not a kbert index manifest")
+    if manifest.get("version") != VERSION:
+        raise IndexDirectoryError(f"{path}: index format version {manifest.get('version')!r}; "
+                                  f"this kbert reads version {VERSION}")
+    need = ("encoder", "passages", "dimension", "approximate", "hybrid", "files")
+    missing = [k for k in need if k not in manifest]
+    if missing:
+        raise IndexDirectoryError(f"{path}: the manifest lacks {', '.join(missing)}")
+    return manifest
+
+
+def _read_passages(path):
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise IndexDirectoryError(f"{path}:{n}: not valid JSON (a damaged index; "
+                                          f"rebuild it)") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise IndexDirectoryError(f"{path}:{n}: expected an object with a 'text'")
+            out.append(record)
+    return out
+
+
+def _check_texts(texts):
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, Sequence) or isinstance(texts, (bytes, dict)):
+        raise ValueError(f"index: texts must be a list of strings, got {type(texts).__name__}")
+    texts = list(texts)
+    if not texts:
+        raise ValueError("index: the collection is empty (no texts to index)")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ValueError(f"index: text {i} is a {type(t).__name__}, not a string")
+        if not t.strip():
+            raise ValueError(f"index: text {i} is empty")
+    return texts
+
+
+def _check_queries(queries):
+    items = [queries] if isinstance(queries, str) else queries
+    if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
+        raise ValueError(f"search: queries must be a string or a list of strings, got "
+                         f"{type(queries).__name__}")
+    items = list(items)
+    if not items:
+        raise ValueError("search: the list of queries is empty")
+    for i, q in enumerate(items):
+        if not isinstance(q, str):
+            raise ValueError(f"search: query {i} is a {type(q).__name__}, not a string")
+        if not q.strip():
+            raise ValueError(f"search: query {i} is empty")
+    return items
+
+
+def _check_top_k(top_k):
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise ValueError(f"search: top_k must be an integer >= 1, got {top_k!r}")
+    return int(top_k)

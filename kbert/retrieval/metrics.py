@@ -1,0 +1,176 @@
+"""Retrieval metrics (recall@k, MRR@10, nDCG@10, computed by ranx) and the data they are
+measured on: SQuAD JSON as open retrieval (each question → the paragraph that holds its answer,
+among every paragraph of the file), or JSONL of {"query", "positive" | "positives",
+"negative(s)"?} (the corpus: every distinct positive and negative).
+
+`evaluate_retrieve` and `evaluate_rerank` are `kbert evaluate retrieve|rerank`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+METRICS = ("recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10")
+
+
+class RetrievalDataError(ValueError):
+    """A retrieval data file that cannot be read (one line, naming the file and line)."""
+
+
+@dataclasses.dataclass
+class RetrievalData:
+    """Queries, a corpus, and for each query the corpus rows that answer it."""
+
+    corpus: list[str]
+    queries: list[str]
+    relevant: list[set[int]]
+    groups: list[int]          # per query: its SQuAD article (0 for JSONL)
+
+    def subset(self, keep: Sequence[bool]) -> RetrievalData:
+        """The same corpus, only the queries where `keep` is true."""
+        idx = [i for i, k in enumerate(keep) if k]
+        return RetrievalData(self.corpus, [self.queries[i] for i in idx],
+                             [self.relevant[i] for i in idx], [self.groups[i] for i in idx])
+
+
+def read_data(path: str) -> RetrievalData:
+    """SQuAD JSON (`.json`) or JSONL (`.jsonl`) retrieval data (see the module docstring)."""
+    if not os.path.isfile(path):
+        raise RetrievalDataError(f"{path}: no such file")
+    if path.endswith(".jsonl"):
+        return _read_jsonl(path)
+    with open(path, encoding="utf-8") as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise RetrievalDataError(f"{path}: not valid JSON ({e.msg}); give SQuAD JSON or "
+                                     f"JSONL") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
+        raise RetrievalDataError(f"{path}: expected SQuAD JSON ({{'data': [articles]}})")
+    corpus, queries, relevant, groups = [], [], [], []
+    for a, article in enumerate(raw["data"]):
+        for p in article.get("paragraphs", []):
+            row = len(corpus)
+            corpus.append(p["context"])
+            for qa in p.get("qas", []):
+                queries.append(qa["question"])
+                relevant.append({row})
+                groups.append(a)
+    if not queries:
+        raise RetrievalDataError(f"{path}: no questions found")
+    return RetrievalData(corpus, queries, relevant, groups)
+
+
+def _strings(record, key, where):
+    value = record.get(key)
+    if value is None:
+        return []
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise RetrievalDataError(f"{where}: '{key}' should be a non-empty string or a list of "
+                                 f"them")
+    return value
+
+
+def _read_jsonl(path):
+    corpus, rows, queries, relevant = [], {}, [], []
+
+    def row_of(text):
+        if text not in rows:
+            rows[text] = len(corpus)
+            corpus.append(text)
+        return rows[text]
+
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RetrievalDataError(f"{where}: not valid JSON ({e.msg})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("query"), str) \
+                    or not record["query"].strip():
+                raise RetrievalDataError(f"{where}: expected an object with a 'query' string")
+            positives = _strings(record, "positive", where) + _strings(record, "positives",
+                                                                      where)
+            if not positives:
+                raise RetrievalDataError(f"{where}: no 'positive' (or 'positives') passage")
+            for key in ("negative", "negatives"):
+                for text in _strings(record, key, where):
+                    row_of(text)
+            queries.append(record["query"])
+            relevant.append({row_of(t) for t in positives})
+    if not queries:
+        raise RetrievalDataError(f"{path}: no queries found")
+    return RetrievalData(corpus, queries, relevant, [0] * len(queries))
+
+
+def score(rankings: Sequence[Sequence[int]], relevant: Sequence[set[int]],
+          metrics: Sequence[str] = METRICS) -> dict[str, float]:
+    """{metric: percentage} of ranked corpus rows (best first) per query, by ranx.
+
+    >>> score([[3, 1], [0, 2]], [{1}, {5}], ["recall@1", "recall@5", "mrr@10"])
+    {'recall@1': 0.0, 'recall@5': 50.0, 'mrr@10': 25.0}
+    """
+    import warnings
+
+    import ranx  # optional: pip install "kbert[retrieval]"
+    qrels = {f"q{i}": {f"d{r}": 1 for r in rel} for i, rel in enumerate(relevant)}
+    run = {f"q{i}": {f"d{r}": float(len(ranked) - j) for j, r in enumerate(ranked)}
+           for i, ranked in enumerate(rankings)}
+    for q in run:                   # ranx needs every query in the run; none found: a miss
+        if not run[q]:
+            run[q] = {"d-none": 0.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # numba's notes on its own casts
+        values = ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), list(metrics))
+    if len(metrics) == 1:
+        values = {metrics[0]: values}
+    return {m: round(100.0 * float(values[m]), 2) for m in metrics}
+
+
+def evaluate_retrieve(model, path: str, hybrid: bool = False, batch_size: int = 16,
+                      depth: int = 100) -> dict[str, float]:
+    """Indexes the data's corpus with `model`, searches every query (`depth` hits) and scores
+    the rankings (`kbert evaluate retrieve`)."""
+    from kbert.retrieval.index import Index
+    data = read_data(path)
+    index = Index.build(model, data.corpus, batch_size=batch_size, hybrid=hybrid)
+    hits = index.search(data.queries, model, top_k=depth, batch_size=batch_size)
+    return score([_sources(h) for h in hits], data.relevant)
+
+
+def _sources(hits):
+    """Corpus rows in hit order, each once (a split text counts at its best passage)."""
+    out = []
+    for h in hits:
+        if h["source"] not in out:
+            out.append(h["source"])
+    return out
+
+
+def evaluate_rerank(model, path: str, candidates: int = 20, batch_size: int = 32,
+                    max_queries: int | None = None) -> dict[str, float]:
+    """BM25's top `candidates` per query, reordered by the cross-encoder `model`, scored
+    (`kbert evaluate rerank`); the first `max_queries` queries when given."""
+    from kbert.retrieval.fusion import top_rows
+    from kbert.retrieval.lexical import BM25
+    from kbert.retrieval.rerank import pair_scores, scorer
+    scorer(model)                                   # a clear error before any work
+    data = read_data(path)
+    if max_queries:
+        data = data.subset([i < max_queries for i in range(len(data.queries))])
+    first = top_rows(BM25(data.corpus).scores(data.queries), candidates)
+    pairs = [(q, int(r)) for q, rows in zip(data.queries, first) for r in rows]
+    scores = np.asarray(pair_scores(model, [q for q, _ in pairs],
+                                    [data.corpus[r] for _, r in pairs], batch_size))
+    scores = scores.reshape(len(data.queries), -1)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return score(np.take_along_axis(first, order, 1).tolist(), data.relevant)

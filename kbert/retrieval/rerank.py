@@ -1,0 +1,56 @@
+"""`rerank`: a cross-encoder scores (query, passage) pairs jointly, `[CLS] q [SEP] p [SEP]`.
+
+The score comes from a pair-classification head: a 'classifier' with one output (a regression
+score, as MS MARCO cross-encoders have) or with labels, whose last label is taken as "relevant"
+(probability); else the 'nsp' head (the probability that the passage follows the query).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def scorer(model) -> str:
+    """The head `rerank` scores with: 'classifier' where present, else 'nsp'."""
+    from kbert.pipeline import MissingHeadError
+    for head in ("classifier", "nsp"):
+        if head in model.heads:
+            return head
+    raise MissingHeadError(
+        f"rerank needs a cross-encoder: a 'classifier' head trained on (query, passage) pairs "
+        f"or an 'nsp' head, but checkpoint {model.checkpoint.path} has "
+        f"{', '.join(model.heads) or 'no heads'}")
+
+
+def pair_scores(model, queries: Sequence[str], passages: Sequence[str],
+                batch_size: int = 32) -> list[float]:
+    """One relevance score per (query, passage) pair, higher is more relevant."""
+    head = scorer(model)
+    if head == "nsp":
+        return [r["is_next"] for r in model.next_sentence(list(queries), list(passages),
+                                                          batch_size=batch_size)]
+    results = model.classify(list(queries), list(passages), batch_size=batch_size)
+    return [r["score"] if set(r) == {"score"} else list(r.values())[-1] for r in results]
+
+
+def rerank(model, query: str, passages: Sequence[str], top_k: int | None = None,
+           batch_size: int = 32) -> list[dict]:
+    """[{"index", "text", "score"}] of `passages` sorted by relevance to `query`, best first
+    (ties keep the given order); the first `top_k` when given."""
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("rerank: the query must be a non-empty string")
+    if isinstance(passages, str) or not isinstance(passages, Sequence):
+        raise ValueError("rerank: passages must be a list of strings")
+    passages = list(passages)
+    if not passages:
+        raise ValueError("rerank: the list of passages is empty")
+    for i, p in enumerate(passages):
+        if not isinstance(p, str) or not p.strip():
+            raise ValueError(f"rerank: passage {i} is empty or not a string")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+                              or top_k < 1):
+        raise ValueError(f"rerank: top_k must be an integer >= 1, got {top_k!r}")
+    scores = pair_scores(model, [query] * len(passages), passages, batch_size)
+    order = sorted(range(len(passages)), key=lambda i: (-scores[i], i))
+    return [{"index": i, "text": passages[i], "score": float(scores[i])}
+            for i in order[:top_k]]

@@ -1,0 +1,88 @@
+"""`kbert index build|add|search` and `kbert evaluate retrieve|rerank`: what they print, and one
+line `kbert COMMAND: error: ...` (exit status 2) on bad input."""
+
+import json
+
+import pytest
+
+from helpers import PASSAGES
+from kbert import cli
+
+
+def _error(capsys, *argv, code=2):
+    assert cli.main([str(a) for a in argv]) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"body": p}) for p in PASSAGES[:3]))
+    (tmp_path / "b.csv").write_text("id,body\n" + "\n".join(f'{i},"{p}"'
+                                                            for i, p in enumerate(PASSAGES[3:])))
+    (tmp_path / "long.txt").write_text(" ".join(PASSAGES))
+    return tmp_path
+
+
+def test_build_add_and_search(files, encoder, capsys):
+    out = files / "idx"
+    assert cli.main(["index", "build", str(files / "a.jsonl"), str(files / "b.csv"),
+                     "--text-column", "body", "--model", encoder.checkpoint.path,
+                     "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}: 6 passages from 6 texts, encoder tiny-encoder, exact" in printed
+    assert cli.main(["index", "add", str(out), str(files / "long.txt")]) == 0
+    printed = capsys.readouterr().out
+    assert "kbert index: note: 1 of 1 texts were longer than the encoder's 16 tokens and " \
+           "were split into overlapping passages" in printed
+    assert "from 7 texts" in printed
+    assert cli.main(["index", "search", str(out), "who bought milk ?", "--top-k", "3",
+                     "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    want = encoder.search("who bought milk ?", PASSAGES + [" ".join(PASSAGES)], top_k=50)
+    assert len(hits) == 3 and hits[0]["file"] in ("a.jsonl", "b.csv", "long.txt")
+    assert hits[0]["score"] == pytest.approx(want[0]["score"], abs=1e-5)
+    assert cli.main(["index", "search", str(out), "milk", "--hybrid", "on"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.split()[0] == "1" and "he bought milk" in first and "a.jsonl:1" in first
+
+
+def test_index_errors_are_one_line(files, encoder, other_encoder, capsys, tmp_path):
+    err = _error(capsys, "index", "build", files / "b.csv", "--model", encoder.checkpoint.path,
+                 "--output", tmp_path / "x")
+    assert err == (f"kbert index: error: {files / 'b.csv'}: no column 'text' (columns: id, "
+                   f"body); name it with --text-column")
+    assert not (tmp_path / "x").exists()
+    err = _error(capsys, "index", "search", tmp_path / "nothing", "q")
+    assert err == f"kbert index: error: index directory not found: {tmp_path / 'nothing'}"
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "embeddings.npy").write_bytes(b"")
+    err = _error(capsys, "index", "search", tmp_path / "half", "q")
+    assert err.startswith(f"kbert index: error: {tmp_path / 'half'}: missing index.json")
+    assert cli.main(["index", "build", str(files / "a.jsonl"), "--text-column", "body",
+                     "--model", encoder.checkpoint.path, "--output", str(tmp_path / "i")]) == 0
+    err = _error(capsys, "index", "search", tmp_path / "i", "q", "--model",
+                 other_encoder.checkpoint.path)
+    assert "was built with encoder tiny-encoder" in err and "not other-encoder" in err
+
+
+def test_evaluate_retrieve_and_rerank_print_one_json_line(tmp_path, encoder, cross_encoders,
+                                                         capsys):
+    lines = [{"query": "who bought milk ?", "positive": PASSAGES[0]},
+             {"query": "a cat on a mat", "positive": PASSAGES[1], "negatives": PASSAGES[2:]}]
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps(x) for x in lines))
+    capsys.readouterr()
+    assert cli.main(["evaluate", "retrieve", "--model", encoder.checkpoint.path,
+                     "--data", str(data)]) == 0
+    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(scores) == ["recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10"]
+    assert scores["recall@20"] == 100.0 and 0 <= scores["recall@1"] <= 100
+    assert cli.main(["evaluate", "rerank", "--model", cross_encoders["nsp"].checkpoint.path,
+                     "--data", str(data), "--candidates", "3"]) == 0
+    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(scores) == {"recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10"}
+    err = _error(capsys, "evaluate", "rerank", "--model", encoder.checkpoint.path, "--data",
+                 data)
+    assert err.startswith("kbert evaluate: error: rerank needs a cross-encoder")
