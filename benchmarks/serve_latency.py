@@ -41,7 +41,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SQUAD_DEV = os.path.join(os.path.dirname(REPO), "shared", "data", "squad", "dev-v1.1-part-a.json")
+sys.path.insert(0, HERE)
+sys.path.insert(0, REPO)
+
+from serving_peers import HfQuestionAnswering  # noqa: E402
+
 SENTENCES = [
     "The capital of France is [MASK].", "He went to the [MASK] to buy some milk.",
     "The quick brown fox jumps over the lazy [MASK].", "She plays the [MASK] in an orchestra.",
@@ -85,39 +92,6 @@ def _checkpoints(args, workdir):
                                     heads=built, vocab=base.vocab, head_options=options,
                                     do_lower_case=base.do_lower_case))
     return made[0], made[1], "MiniLM-L6 encoder + fresh heads (no shipped checkpoints)"
-
-
-class HfQuestionAnswering:
-    """transformers 4's question-answering pipeline, as its steps (see the module docstring)."""
-
-    def __init__(self, directory):
-        import transformers
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-        self.model = transformers.AutoModelForQuestionAnswering.from_pretrained(directory).eval()
-
-    def __call__(self, questions, contexts, n_best=20, max_answer_length=30):
-        import torch
-        enc = self.tokenizer(questions, contexts, truncation="only_second", max_length=384,
-                             stride=128, return_overflowing_tokens=True,
-                             return_offsets_mapping=True, padding="longest", return_tensors="pt")
-        example = enc.pop("overflow_to_sample_mapping").tolist()
-        offsets = enc.pop("offset_mapping").tolist()
-        with torch.inference_mode():
-            out = self.model(**enc)
-        starts, ends = out.start_logits.numpy(), out.end_logits.numpy()
-        best = [None] * len(questions)
-        for w, e in enumerate(example):
-            context = np.array([s == 1 for s in enc.sequence_ids(w)])
-            start = np.where(context, starts[w], -np.inf)
-            end = np.where(context, ends[w], -np.inf)
-            for i in np.argsort(-start)[:n_best]:
-                for j in np.argsort(-end)[:n_best]:
-                    if context[i] and context[j] and i <= j < i + max_answer_length:
-                        score = start[i] + end[j]
-                        if best[e] is None or score > best[e][0]:
-                            best[e] = (score, offsets[w][i][0], offsets[w][j][1])
-        return [{"answer": c[b[1]:b[2]] if b else "", "score": float(b[0]) if b else 0.0}
-                for c, b in zip(contexts, best)]
 
 
 PLAIN = [s.replace("[MASK]", w) for s, w in zip(SENTENCES, (
@@ -251,7 +225,8 @@ def _child(backend, paths, args):
     if backend == "jax" and args.threads == 1:
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
                             "intra_op_parallelism_threads=1").strip()
-    command = [sys.executable, os.path.abspath(__file__), "--requests", str(args.requests),
+    command = [sys.executable, os.path.abspath(__file__), "--per-backend",
+               "--requests", str(args.requests),
                "--threads", str(args.threads), "--child-paths",
                *[f"{k}={v}" for k, v in paths.items()]]
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
@@ -273,14 +248,98 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mlm", help="checkpoint with an mlm head")
     parser.add_argument("--squad", help="checkpoint with a span head")
-    parser.add_argument("--requests", type=int, default=50, help="timed requests per cell")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads for TF and torch")
+    parser.add_argument("--threads", nargs="+", help="runtimes: 'default' and/or '1' (pinned "
+                        "to one core; default: both); --per-backend: one number (default 1)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="runtimes: timed calls a cell at batch 32 (3x that at batch 1)")
+    parser.add_argument("--quick", action="store_true",
+                        help="runtimes: 2 rounds, default threads only")
+    parser.add_argument("--data", default=SQUAD_DEV, help="runtimes: SQuAD v1.1 json")
+    parser.add_argument("--per-backend", action="store_true",
+                        help="the per-backend tables (SavedModel and kbert.load vs HF) instead")
+    parser.add_argument("--requests", type=int, default=50,
+                        help="--per-backend: timed requests per cell")
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"],
                         choices=["tensorflow", "jax", "torch"], help="kbert.load backends")
     parser.add_argument("--skip-saved-model", action="store_true",
-                        help="only the kbert.load tables")
+                        help="--per-backend: only the kbert.load tables")
     parser.add_argument("--child-paths", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--runtimes-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.per_backend or (args.child_paths and not args.runtimes_child):
+        args.threads = int((args.threads or ["1"])[0])
+        return per_backend_main(args)
+    args.threads = args.threads or (["default"] if args.quick else ["default", "1"])
+    if any(t not in ("default", "1") for t in args.threads):
+        parser.error("--threads takes 'default' and/or '1'")
+    args.rounds = 2 if args.quick else args.rounds
+    return runtimes_main(args)
+
+
+def _pin_one_core():
+    """The process (and its children) on one core, every thread pool at one thread."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = "1"
+
+
+def runtimes_main(args):
+    """The runtimes section at each --threads setting: 'default' in this process, '1' in a
+    child pinned to one core before any framework starts its thread pools."""
+    started = time.perf_counter()
+    if args.runtimes_child:
+        _pin_one_core()
+    import serve_runtimes
+    import tensorflow as tf
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    if args.runtimes_child:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        torch.set_num_threads(1)
+        paths = dict(p.split("=", 1) for p in args.child_paths)
+        for failure in serve_runtimes.run(paths, paths["workdir"], "1 (pinned to one core)", 1,
+                                          args.rounds, args.data):
+            print("FAIL " + failure)
+        return
+    from kbert import convert
+    workdir = tempfile.mkdtemp(prefix="kbert-runtimes-")
+    mlm, squad, what = _checkpoints(args, workdir)
+    print(f"models: {what}; {os.cpu_count()} cores; tensorflow {tf.__version__}, torch "
+          f"{torch.__version__}, transformers {transformers.__version__}; inputs: {args.data}")
+    paths = {"mlm": mlm, "squad": squad, "workdir": workdir,
+             "hf_mlm": convert.export("hf", mlm, os.path.join(workdir, "hf-fill_mask")),
+             "hf_squad": convert.export("hf", squad, os.path.join(workdir, "hf-answer"))}
+    failures = []
+    for threads in args.threads:
+        if threads == "default":
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+                os.cpu_count())
+            failures += serve_runtimes.run(paths, workdir, "default", cores, args.rounds,
+                                           args.data)
+        else:
+            failures += _runtimes_child(paths, args)
+    print(f"\nfloors, every thread setting ({time.perf_counter() - started:.0f} s in all):")
+    print("\n".join(["all met"] if not failures else ["missed: " + f for f in failures]))
+
+
+def _runtimes_child(paths, args):
+    import subprocess
+    command = [sys.executable, os.path.abspath(__file__), "--rounds", str(args.rounds),
+               "--data", args.data, "--runtimes-child", "1", "--child-paths",
+               *[f"{k}={v}" for k, v in paths.items()]]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    lines = done.stdout.splitlines()
+    print("\n".join(line for line in lines if not line.startswith("FAIL ")), flush=True)
+    if done.returncode:
+        return [f"threads 1: the child process failed (exit {done.returncode})"]
+    return [line[5:] for line in lines if line.startswith("FAIL ")]
+
+
+def per_backend_main(args):
+    """The per-backend tables: the SavedModel, then `kbert.load` on each backend, beside HF."""
     if args.threads == 1 and hasattr(os, "sched_setaffinity"):
         # One core for everything (children inherit it): XLA's CPU runtime ignores the
         # one-thread flags below and spread JAX's batches over both cores while HF had one.
