@@ -307,6 +307,8 @@ def runtimes_main(args):
     from kbert import convert
     workdir = tempfile.mkdtemp(prefix="kbert-runtimes-")
     mlm, squad, what = _checkpoints(args, workdir)
+    from kbert import hardware
+    print(hardware.describe())
     print(f"models: {what}; {os.cpu_count()} cores; tensorflow {tf.__version__}, torch "
           f"{torch.__version__}, transformers {transformers.__version__}; inputs: {args.data}")
     paths = {"mlm": mlm, "squad": squad, "workdir": workdir,
@@ -365,6 +367,8 @@ def per_backend_main(args):
 
     workdir = tempfile.mkdtemp(prefix="kbert-serve-")
     mlm, squad, what = _checkpoints(args, workdir)
+    from kbert import hardware
+    print(hardware.describe())
     print(f"models: {what}; {args.threads} thread(s), {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.1f}; {args.requests} timed requests a cell; "
           f"tensorflow {tf.__version__}, torch {torch.__version__}, "

@@ -203,7 +203,7 @@ def _int8_lines(workload, method, cells):
                      f"{ACCURACY_NAME[method]} {cell['accuracy']:.4f} (floor >= 1.2x at "
                      f">= {ACCURACY[method]}){'' if ok else '  MISSED'}")
         if not ok:
-            failures.append(f"{workload}: {name} offered at {speed:.2f}x {best}, "
+            failures.append(f"{method}, {workload}: {name} offered at {speed:.2f}x {best}, "
                             f"{ACCURACY_NAME[method]} {cell['accuracy']:.4f}")
     return lines, failures
 

@@ -345,7 +345,10 @@ class OnnxRuntime(Peer):
         quantized = os.path.join(self.workdir, f"{kind}-int8.onnx")
         if not os.path.isfile(quantized):
             from onnxruntime.quantization import QuantType, quantize_dynamic
-            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8)
+            from onnxruntime.quantization.shape_inference import quant_pre_process
+            prepared = os.path.join(self.workdir, f"{kind}-prepared.onnx")
+            quant_pre_process(path, prepared, skip_symbolic_shape=True)  # its recommended step
+            quantize_dynamic(prepared, quantized, weight_type=QuantType.QInt8)
         return quantized
 
     def _forward(self, kind):
@@ -376,7 +379,8 @@ class OpenVino(Peer):
                          f"{self.precision()} (its default)")
 
     def precision(self):
-        return str(self.compiled("encoder").get_property("INFERENCE_PRECISION_HINT"))
+        hint = self.compiled("encoder").get_property("INFERENCE_PRECISION_HINT")
+        return getattr(hint, "get_type_name", lambda: str(hint))()
 
     def compiled(self, kind):
         key = "ov-" + kind
