@@ -315,59 +315,67 @@ def _pin_one_core():
 
 
 def runtimes_main(args):
-    """The runtimes section at each --threads setting: 'default' in this process, '1' in a
-    child pinned to one core before any framework starts its thread pools."""
+    """The runtimes section at each --threads setting, each in a child process: 'default' at
+    the default thread count, '1' pinned to one core before any framework starts its thread
+    pools (and every engine's memory handed back between the two)."""
     started = time.perf_counter()
-    if args.runtimes_child:
+    if args.runtimes_child == "1":
         _pin_one_core()
     import serve_runtimes
     import tensorflow as tf
     import torch
     import transformers
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
     if args.runtimes_child:
-        tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-        torch.set_num_threads(1)
         paths = dict(p.split("=", 1) for p in args.child_paths)
-        for failure in serve_runtimes.run(paths, paths["workdir"], "1 (pinned to one core)", 1,
+        if args.runtimes_child == "1":
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+            torch.set_num_threads(1)
+            label, threads = "1 (pinned to one core)", 1
+        else:
+            label, threads = "default", len(os.sched_getaffinity(0)) if hasattr(
+                os, "sched_getaffinity") else os.cpu_count()
+        for failure in serve_runtimes.run(paths, paths["workdir"], label, threads,
                                           args.rounds, args.data):
             print("FAIL " + failure)
         return
-    from kbert import convert
+    from kbert import convert, hardware
     workdir = tempfile.mkdtemp(prefix="kbert-runtimes-")
     mlm, squad, what = _checkpoints(args, workdir)
-    from kbert import hardware
     print(hardware.describe())
     print(f"models: {what}; {os.cpu_count()} cores; tensorflow {tf.__version__}, torch "
-          f"{torch.__version__}, transformers {transformers.__version__}; inputs: {args.data}")
+          f"{torch.__version__}, transformers {transformers.__version__}; inputs: {args.data}",
+          flush=True)
     paths = {"mlm": mlm, "squad": squad, "workdir": workdir,
              "hf_mlm": convert.export("hf", mlm, os.path.join(workdir, "hf-fill_mask")),
              "hf_squad": convert.export("hf", squad, os.path.join(workdir, "hf-answer"))}
     failures = []
     for threads in args.threads:
-        if threads == "default":
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-                os.cpu_count())
-            failures += serve_runtimes.run(paths, workdir, "default", cores, args.rounds,
-                                           args.data)
-        else:
-            failures += _runtimes_child(paths, args)
+        failures += _runtimes_child(paths, args, threads)
     print(f"\nfloors, every thread setting ({time.perf_counter() - started:.0f} s in all):")
     print("\n".join(["all met"] if not failures else ["missed: " + f for f in failures]))
 
 
-def _runtimes_child(paths, args):
+def _runtimes_child(paths, args, threads):
+    """Runs the section at one thread setting in a child; prints its lines as they come and
+    returns its failures."""
     import subprocess
     command = [sys.executable, os.path.abspath(__file__), "--rounds", str(args.rounds),
-               "--data", args.data, "--runtimes-child", "1", "--child-paths",
+               "--data", args.data, "--runtimes-child", threads, "--child-paths",
                *[f"{k}={v}" for k, v in paths.items()]]
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
-    lines = done.stdout.splitlines()
-    print("\n".join(line for line in lines if not line.startswith("FAIL ")), flush=True)
-    if done.returncode:
-        return [f"threads 1: the child process failed (exit {done.returncode})"]
-    return [line[5:] for line in lines if line.startswith("FAIL ")]
+    failures = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as child:
+        for line in child.stdout:
+            if line.startswith("FAIL "):
+                failures.append(line[5:].rstrip("\n"))
+            else:
+                print(line, end="", flush=True)
+    if child.returncode:
+        failures.append(f"threads {threads}: the child process failed (exit "
+                        f"{child.returncode})")
+    return failures
 
 
 def per_backend_main(args):

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import string
+import warnings
 
 import numpy as np
 
@@ -337,9 +338,11 @@ class OnnxRuntime(Peer):
         if not os.path.isfile(path):
             example = _example(self.tokenizer)
             axes = {k: {0: "batch", 1: "sequence"} for k in (*INPUTS, "output")}
-            torch.onnx.export(_Forward.load(kind, self.dirs[kind]), tuple(example.values()),
-                              path, input_names=list(INPUTS), output_names=["output"],
-                              dynamic_axes=axes, opset_version=17, dynamo=False)
+            with warnings.catch_warnings():       # the tracer's notes on HF's Python branches
+                warnings.simplefilter("ignore")
+                torch.onnx.export(_Forward.load(kind, self.dirs[kind]), tuple(example.values()),
+                                  path, input_names=list(INPUTS), output_names=["output"],
+                                  dynamic_axes=axes, opset_version=17, dynamo=False)
         if not self.int8:
             return path
         quantized = os.path.join(self.workdir, f"{kind}-int8.onnx")
