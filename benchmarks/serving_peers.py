@@ -389,8 +389,10 @@ class OpenVino(Peer):
         key = "ov-" + kind
         if key not in self._forwards:
             import openvino
-            model = openvino.convert_model(_Forward.load(kind, self.dirs[kind]),
-                                           example_input=_example(self.tokenizer))
+            with warnings.catch_warnings():       # the tracer's notes on HF's Python branches
+                warnings.simplefilter("ignore")
+                model = openvino.convert_model(_Forward.load(kind, self.dirs[kind]),
+                                               example_input=_example(self.tokenizer))
             self._forwards[key] = openvino.Core().compile_model(model, "CPU", self.config)
         return self._forwards[key]
 
