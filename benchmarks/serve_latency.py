@@ -1,6 +1,6 @@
 """Per-request latency of kbert against the other ways to serve the same weights on a CPU.
 
-    python benchmarks/serve_latency.py [--threads default 1] [--rounds 5] [--quick]
+    python benchmarks/serve_latency.py [--threads default 1] [--rounds 3] [--quick]
         [--mlm CKPT] [--squad CKPT] [--data SQUAD_JSON]
     python benchmarks/serve_latency.py --per-backend [--requests 50] [--threads 1]
         [--backends tensorflow jax torch] [--skip-saved-model]
@@ -280,7 +280,7 @@ def main(argv=None):
     parser.add_argument("--squad", help="checkpoint with a span head")
     parser.add_argument("--threads", nargs="+", help="runtimes: 'default' and/or '1' (pinned "
                         "to one core; default: both); --per-backend: one number (default 1)")
-    parser.add_argument("--rounds", type=int, default=5,
+    parser.add_argument("--rounds", type=int, default=3,
                         help="runtimes: timed calls a cell at batch 32 (3x that at batch 1)")
     parser.add_argument("--quick", action="store_true",
                         help="runtimes: 2 rounds, default threads only")

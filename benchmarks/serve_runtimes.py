@@ -270,6 +270,10 @@ def run(paths, workdir, threads_label, threads, rounds, data):
         print(f"- {line}")
     print(f"\ntiming {rounds} rounds at batch 32, {3 * rounds} at batch 1 (medians):", flush=True)
     results, refused = measure(engines, inputs, rounds)
+    fp32_peak = max(fp32_peak, peers.matmul_peak("float32"))    # before and after: the best
+    bf16_peak = max(bf16_peak, peers.matmul_peak("bfloat16")) if fast_bf16 else None
+    print(f"matmul peak again after the timings: float32 {fp32_peak:.1f} GFLOP/s (the best "
+          "of the two is used below)")
     for line in refused:
         print(f"- {line}")
     peak = ("bfloat16", bf16_peak) if bf16_peak else ("float32", fp32_peak)
