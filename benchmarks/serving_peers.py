@@ -438,9 +438,17 @@ class Kbert:
     ImportError; TypeError from a `kbert.load` without the `runtime`/`dtype` keywords)."""
 
     def __init__(self, mlm, squad, runtime="keras", dtype="float32"):
+        import inspect
+
         import kbert
-        options = {k: v for k, v in (("runtime", runtime), ("dtype", dtype))
-                   if v != {"runtime": "keras", "dtype": "float32"}[k]}
+        takes = inspect.signature(kbert.load).parameters
+        # named whenever `kbert.load` has them: its default dtype may be "auto" (bfloat16 on a
+        # CPU with AMX or avx512_bf16), and this row must be the dtype it says
+        options = {k: v for k, v in (("runtime", runtime), ("dtype", dtype)) if k in takes}
+        missing = [k for k, v in (("runtime", "keras"), ("dtype", "float32"))
+                   if k not in takes and {"runtime": runtime, "dtype": dtype}[k] != v]
+        if missing:
+            raise TypeError(f"this kbert.load takes no {missing[0]}= keyword")
         self.models = [kbert.load(path, **options) for path in (mlm, squad)]
         self.name = f"kbert {runtime} {dtype}"
         self.runtime, self.dtype = runtime, dtype
