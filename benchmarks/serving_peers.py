@@ -350,7 +350,12 @@ class OnnxRuntime(Peer):
             from onnxruntime.quantization import QuantType, quantize_dynamic
             from onnxruntime.quantization.shape_inference import quant_pre_process
             prepared = os.path.join(self.workdir, f"{kind}-prepared.onnx")
-            quant_pre_process(path, prepared, skip_symbolic_shape=True)  # its recommended step
+            here = os.getcwd()
+            os.chdir(self.workdir)                # it leaves temporary files where it runs
+            try:
+                quant_pre_process(path, prepared, skip_symbolic_shape=True)  # recommended step
+            finally:
+                os.chdir(here)
             quantize_dynamic(prepared, quantized, weight_type=QuantType.QInt8)
         return quantized
 
