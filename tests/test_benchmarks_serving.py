@@ -80,7 +80,7 @@ def test_measure_then_floors_on_tiny_inputs(engines):
         cell = results[workload]["kbert keras float32"]
         assert cell["ms"] > 0 and cell["accuracy"] >= serve_runtimes.ACCURACY[method], workload
     lines, _ = serve_runtimes.floors(results)
-    assert any(line.startswith("embed, 32 passages: kbert keras float32") for line in lines)
+    assert any(line.startswith("embed, 32 passages: kbert ") for line in lines), lines
 
 
 def _cell(ms, accuracy=1.0):

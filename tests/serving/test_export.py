@@ -191,8 +191,13 @@ def _check_strings(m, result):
                                                result["classify"]["probabilities"]]
     if "tag" in result:
         _check_tag(m, result["tag"])
-    _close(result["embed"]["cls"], m.embed(TEXTS, pooling="cls"), "embed cls")
-    _close(result["embed"]["mean"], m.embed(TEXTS, pooling="mean"), "embed mean")
+    # The signature reads up to the model's positions; `embed` stops a sentence encoder at the
+    # length it was trained for (minilm-l6-v2: 256) unless told otherwise.
+    full = m.max_seq_length
+    _close(result["embed"]["cls"], m.embed(TEXTS, pooling="cls", max_seq_length=full),
+           "embed cls")
+    _close(result["embed"]["mean"], m.embed(TEXTS, pooling="mean", max_seq_length=full),
+           "embed mean")
     return diffs
 
 
