@@ -30,7 +30,7 @@ def pytest_report_header(config):
 # and files are handed out in the order below: the longest first (CPU seconds on a quiet
 # 2-core machine, TensorFlow pass), so that no long file starts last and keeps one worker
 # busy alone. Files not listed follow in collection order.
-LONGEST_FIRST = ("serving/test_export.py", "training/test_training.py",
+LONGEST_FIRST = ("serving/test_export.py", "runtime/test_runtimes.py", "training/test_training.py",
                  "finetune/test_own_data.py", "model/test_models.py", "data/test_text_stream.py",
                  "app/test_app.py", "finetune/test_finetuning.py", "model/test_attention.py",
                  "test_benchmarks_input_rate.py",
