@@ -26,7 +26,7 @@ import numpy as np
 from kbert import checkpoint as checkpoint_lib
 from kbert import runtime as runtime_lib
 from kbert.runtime import graphs
-from kbert.runtime.keras_runner import bucket_batch, bucket_length, pad_batch
+from kbert.runtime.batching import bucket_batch, bucket_length, pad_batch, plan_batches
 from kbert.tokenizer import Tokenizer
 
 Texts = Union[str, Sequence[str]]
@@ -78,43 +78,6 @@ def _pairs(method, first, second, what=("sentence_a", "sentence_b"), allow_empty
         raise ValueError(f"{method}: {what[0]} and {what[1]} must both be strings or lists of "
                          f"the same length (got {len(a)} and {len(b)})")
     return a, b, single_a
-
-
-CALL_COST_TOKENS = 32   # a pass's fixed cost per call, in tokens' worth of compute
-
-
-def plan_batches(lengths, batch_size: int, hidden_size: int, split: bool = True) -> list:
-    """Index arrays of the batches to run: sorted by length, at most `batch_size` each.
-
-    With `split` (runtimes that run each batch at its own shape), the sorted list is cut where
-    padding would cost more than another call: the cuts minimise the modelled cost, for each
-    batch `CALL_COST_TOKENS + rows * L * (1 + L / (6 * hidden_size))` with L its longest input
-    (the L / 6H term is attention's share against the dense layers' 12H² per token). Without
-    it (JAX's bucket shapes, one compilation each), plain slices of `batch_size`.
-
-    >>> [b.tolist() for b in plan_batches([5, 300, 7, 290, 6], 32, 384)]
-    [[0, 4, 2], [3, 1]]
-    >>> [b.tolist() for b in plan_batches([5, 300, 7, 290, 6], 32, 384, split=False)]
-    [[0, 4, 2, 3, 1]]
-    """
-    order = np.argsort(np.asarray(lengths), kind="stable")       # similar lengths together
-    if not split or len(order) <= 1:
-        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    sizes = np.maximum(np.asarray(lengths, float)[order], 1.0)
-    per_row = sizes * (1.0 + sizes / (6.0 * hidden_size))         # cost of a row at its length
-    n = len(order)
-    best = np.full(n + 1, np.inf)
-    best[0], cut = 0.0, np.zeros(n + 1, int)
-    for end in range(1, n + 1):                  # best[end]: the cheapest plan of the first end
-        starts = np.arange(max(0, end - batch_size), end)
-        costs = best[starts] + CALL_COST_TOKENS + (end - starts) * per_row[end - 1]
-        k = int(np.argmin(costs))
-        best[end], cut[end] = costs[k], starts[k]
-    batches, end = [], n
-    while end > 0:
-        batches.append(order[cut[end]:end])
-        end = cut[end]
-    return batches[::-1]
 
 
 class Bert:
@@ -264,6 +227,16 @@ class Bert:
         return results[0] if single else results
 
     # --- sentence embeddings ----------------------------------------------------------------
+    @property
+    def embedding_defaults(self) -> dict:
+        """{"pooling", "max_seq_length"} `embed` uses when not told: a sentence encoder's
+        recorded ones (config.json's `sentence_embedding`), else `[CLS]` and the model's
+        longest input."""
+        recorded = self.checkpoint.embedding
+        return {"pooling": recorded.get("pooling", "cls"),
+                "max_seq_length": min(int(recorded.get("max_seq_length", self.max_seq_length)),
+                                      self.max_seq_length)}
+
     def embed(self, texts: Texts, pooling: str | None = None, batch_size: int = 32,
               max_seq_length: int | None = None) -> np.ndarray:
         """Sentence vectors [n, hidden_size]: the `[CLS]` hidden state or the masked mean.
@@ -274,15 +247,14 @@ class Bert:
         are truncated; otherwise `[CLS]` pooling and the model's `max_seq_length`. Vectors are
         not normalized (`kbert.retrieval` normalizes them).
         """
-        recorded = self.checkpoint.embedding
-        pooling = pooling or recorded.get("pooling", "cls")
+        defaults = self.embedding_defaults
+        pooling = pooling or defaults["pooling"]
         if pooling not in ("cls", "mean"):
             raise ValueError(f"embed: pooling must be 'cls' or 'mean', got {pooling!r}")
         texts, _ = _texts("embed", texts, allow_empty=True)
         batch_size = _positive_int("embed", "batch_size", batch_size)
         length = min(_positive_int("embed", "max_seq_length",
-                                   max_seq_length or recorded.get("max_seq_length",
-                                                                  self.max_seq_length), 2),
+                                   max_seq_length or defaults["max_seq_length"], 2),
                      self.max_seq_length)
         ids = self.tokenizer.encode_batch(texts)
         out = np.zeros((len(texts), self.config.hidden_size), np.float32)

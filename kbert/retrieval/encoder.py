@@ -11,13 +11,9 @@ import numpy as np
 
 
 def options(model) -> dict:
-    """{"pooling", "max_seq_length"} a model embeds with: its checkpoint's
-    `sentence_embedding` (e.g. all-MiniLM-L6-v2: mean pooling, 256 tokens), else `[CLS]`
-    pooling and the model's longest input."""
-    recorded = model.checkpoint.embedding
-    return {"pooling": recorded.get("pooling", "cls"),
-            "max_seq_length": min(int(recorded.get("max_seq_length", model.max_seq_length)),
-                                  model.max_seq_length)}
+    """{"pooling", "max_seq_length"} a model embeds with (`Bert.embedding_defaults`: e.g.
+    all-MiniLM-L6-v2's mean pooling and 256 tokens)."""
+    return dict(model.embedding_defaults)
 
 
 def embed(model, texts, batch_size: int = 16) -> np.ndarray:

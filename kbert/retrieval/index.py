@@ -268,8 +268,8 @@ class Index:
             with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:   # last
                 json.dump(self.manifest(), f, indent=2)
                 f.write("\n")
-            os.chmod(tmp, 0o755)
-            _swap_in(tmp, directory)
+            from kbert.checkpoint import replace_directory  # Keras is loaded with the model
+            replace_directory(tmp, directory)                  # whole old or whole new
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -305,17 +305,6 @@ class Index:
                 raise IndexDirectoryError(f"{directory}: {FAISS} holds {index._ann.ntotal} "
                                           f"vectors, the manifest {len(passages)}")
         return index
-
-
-def _swap_in(tmp, directory):
-    if os.path.isdir(directory):
-        old = directory + ".old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, directory)
 
 
 def _read_manifest(directory):

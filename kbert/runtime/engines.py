@@ -53,6 +53,12 @@ class GraphRunner:
         self.traces = 0                       # graphs loaded (the Keras runner's traces)
         self.shapes = set()
         self._sessions = {}
+        self._cache = None                    # the cache folder: hashes the weights, once
+
+    def _cache_folder(self) -> str:
+        if self._cache is None:
+            self._cache = graphs.cache_dir(self.checkpoint_dir, self.runtime)
+        return self._cache
 
     def _graph_file(self, kind) -> str:
         """The graph of `kind` at this runner's dtype, made (and quantized) where missing."""
@@ -60,7 +66,7 @@ class GraphRunner:
         if self.folder:
             path = graphs.graph_path(self.folder, kind, self.runtime)
         if not path or not os.path.isfile(path):
-            folder = graphs.cache_dir(self.checkpoint_dir, self.runtime)
+            folder = self._cache_folder()
             path = graphs.graph_path(folder, kind, self.runtime)
             if not os.path.isfile(path):
                 graphs.convert_checkpoint(self.checkpoint_dir, folder, [kind], self.runtime)

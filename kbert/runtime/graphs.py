@@ -186,12 +186,11 @@ def read_manifest(directory: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
-        fmt = manifest["format"]
-        manifest["dtype"]
+        fmt, dtype = manifest["format"], manifest["dtype"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ExportError(f"{path}: not a readable export manifest ({e})") from None
-    if fmt not in SUFFIX:
-        raise ExportError(f"{path}: unknown format {fmt!r}")
+    if fmt not in SUFFIX or dtype not in ("float32", "bfloat16", "int8"):
+        raise ExportError(f"{path}: unknown format {fmt!r} or dtype {dtype!r}")
     vocab = sha256_file(os.path.join(directory, "vocab.txt"))
     if vocab != manifest.get("vocab_sha256"):
         raise ExportError(f"{directory}: vocab.txt is not the vocabulary the {fmt} graphs were "

@@ -3,7 +3,7 @@
 `ForwardPasses` keeps one compiled function per method ("kind"): a `tf.function` with unknown
 batch and length on TensorFlow, a TorchScript trace on PyTorch (both run any packed shape), and a
 `jax.jit` per bucket shape on JAX, whose static shapes need each batch padded to its bucket
-(`bucket_length`, `bucket_batch`, `pad_batch`). The passes themselves are
+(`kbert.runtime.batching`). The passes themselves are
 `kbert.runtime.passes.run_pass`; `kbert.pipeline.Bert` tokenizes, batches and post-processes
 around them.
 """
@@ -12,47 +12,9 @@ import functools
 import warnings
 
 import keras
-import numpy as np
 from keras import ops
 
 from kbert.runtime.passes import run_pass
-
-
-def bucket_length(n, limit):
-    """`n` rounded up to a step that grows with it (exact up to 16 tokens, then steps of 2, 4,
-    8, 16, 32 per doubling), at most `limit`: under 12.5% padding, 56 lengths up to 512.
-
-    Each length is one JAX compilation (~1 s for MiniLM-L6 on a CPU core, once per process);
-    every padded token is paid on every call after it.
-
-    >>> [bucket_length(n, 512) for n in (1, 13, 17, 33, 100, 300, 512)]
-    [1, 13, 18, 36, 104, 320, 512]
-    """
-    step = 1
-    while n > 16 * step and step < 32:
-        step *= 2
-    return max(1, min(limit, -(-n // step) * step))
-
-
-def bucket_batch(n, batch_size):
-    """The smallest power of two >= n, at most `batch_size`."""
-    size = 1
-    while size < n:
-        size *= 2
-    return min(size, batch_size)
-
-
-def pad_batch(features, rows, length, fill_row):
-    """Features [b, T] → [rows, length] (mask positions keep their width); extra rows are
-    `fill_row` ([CLS] [SEP]), never read."""
-    out = {}
-    for key, value in features.items():
-        width = value.shape[1] if key == "masked_lm_positions" else length   # its own bucket
-        padded = np.zeros((rows, width), value.dtype)
-        padded[:len(value), :value.shape[1]] = value
-        padded[len(value):, :len(fill_row[key])] = fill_row[key]
-        out[key] = padded
-    return out
 
 
 class ForwardPasses:
