@@ -339,9 +339,13 @@ def _add_evaluate(sub):
     _add_retrieval_evaluate(p)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "auto"),
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
                    help="the encoder's precision (default float32; auto: bfloat16 where the "
-                        "CPU has AMX or AVX-512 BF16); the heads stay float32")
+                        "CPU has AMX or AVX-512 BF16; int8 on --runtime openvino|onnx); the "
+                        "heads stay float32")
+    p.add_argument("--runtime", choices=RUNTIME_NAMES,
+                   help="score what kbert.load(..., runtime=) serves: keras (default), or the "
+                        "exported openvino / onnx graphs")
     _add_columns(p)
     p.set_defaults(func=_run_evaluate)
 
@@ -354,7 +358,8 @@ def _run_evaluate(args):
     from kbert import finetune
     scores = finetune.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
                                max_seq_length=args.max_seq_length,
-                               task_options=_task_options(args), dtype=args.dtype)
+                               task_options=_task_options(args), dtype=args.dtype,
+                               runtime=args.runtime)
     print(json.dumps(scores))
 
 
@@ -476,6 +481,7 @@ def _run_retrieval_evaluate(args):
 # --- export --------------------------------------------------------------------------------------
 EXPORT_FORMATS = ("saved_model", "onnx", "openvino")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "int8")   # kbert.runtime.DTYPES (a test checks)
+RUNTIME_NAMES = ("keras", "openvino", "onnx")            # kbert.runtime.RUNTIMES (a test checks)
 
 
 def _add_export(sub):

@@ -89,7 +89,8 @@ def _scores(spec, model, prepared, options, batch_size, tune=False):
 def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
              data: str | os.PathLike, batch_size: int = 64,
              max_seq_length: int | None = None,
-             task_options: dict | None = None, dtype: str = "float32") -> dict[str, float]:
+             task_options: dict | None = None, dtype: str = "float32",
+             runtime: str | None = None) -> dict[str, float]:
     """The task's official scores (percentages) of a fine-tuned checkpoint on `data`.
 
     Args:
@@ -100,18 +101,62 @@ def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
             tasks a CSV/TSV/JSONL, CoNLL or SQuAD file).
         task_options: `get_task`'s column options (own-data tasks).
         dtype: the encoder's precision for a checkpoint directory: "float32" (default),
-            "bfloat16" or "auto" (`kbert.load`'s meaning); the heads stay float32.
+            "bfloat16", "auto" or (on a graph runtime) "int8" (`kbert.load`'s meaning); the
+            heads stay float32.
+        runtime: None or "keras" (the Keras task model), "openvino" or "onnx": the scores of
+            the exported graphs `kbert.load(model, runtime=..., dtype=...)` serves, on the
+            same features, batches and metric (what a precision or runtime costs in accuracy).
     """
     spec = get_task(task, **(task_options or {}))
-    ckpt = _load(model, dtype)
-    keras_model = ckpt.task_model(spec.head)
+    bert = _graph_runtime_model(model, runtime, dtype)
+    ckpt = bert.checkpoint if bert is not None else _load(model, dtype)
     options = ckpt.head_options.get(spec.head, {})
     spec.check_options(options, ckpt.path)
+    if bert is not None:
+        predictor = _PassPredictor(bert, spec.head)
+    else:
+        predictor = ckpt.task_model(spec.head)
     from kbert.tokenizer import Tokenizer  # TensorFlow Text; predict() runs without it
     tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
     prepared = spec.encode(tokenizer, spec.read(data), _max_seq_length(
         spec, max_seq_length, ckpt.config), training=False, options=options)
-    return _scores(spec, keras_model, prepared, options, batch_size)[0]
+    return _scores(spec, predictor, prepared, options, batch_size)[0]
+
+
+def _graph_runtime_model(model, runtime, dtype):
+    """`kbert.load`'s model where the passes run on another runtime than Keras (or in int8),
+    else None (the Keras task model is scored)."""
+    if runtime in (None, "keras") and dtype != "int8":
+        if getattr(model, "runtime", "keras") == "keras":
+            return None
+        return model                                 # a graph runtime's `kbert.load` result
+    if hasattr(model, "checkpoint"):
+        raise ValueError("evaluate: pass the checkpoint directory with runtime=/dtype=, "
+                         "not a loaded model")
+    import kbert
+    return kbert.load(os.fspath(model), dtype=dtype, runtime=runtime or "keras")
+
+
+class _PassPredictor:
+    """`predict_on_batch` over a loaded model's forward pass (kbert.runtime), giving what the
+    Keras task model gives, so that `evaluate` scores every runtime with one code path."""
+
+    PASSES = ("classifier", "tagger", "span")     # the heads a runtime serves as a pass
+
+    def __init__(self, bert, head: str):
+        if head not in self.PASSES:
+            raise ValueError(f"evaluate: the {head!r} head runs on the keras runtime only "
+                             f"(runtime={bert.runtime!r} serves {', '.join(self.PASSES)})")
+        bert._require(head, "evaluate")
+        self.bert, self.kind = bert, head
+
+    def predict_on_batch(self, batch):
+        n = len(batch["input_ids"])
+        features = {k: np.asarray(batch[k], "int32") for k in INPUT_KEYS}
+        out = np.asarray(self.bert._run(self.kind, features, n))
+        if self.kind == "span":                      # [B, T, 2] -> the task model's dict
+            return {"start_logits": out[..., 0], "end_logits": out[..., 1]}
+        return out
 
 
 @dataclasses.dataclass

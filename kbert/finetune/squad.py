@@ -162,17 +162,31 @@ def _char_index(text):
     return np.concatenate([np.cumsum((data & 0xC0) != 0x80) - 1, [len(text)]]).astype(np.int64)
 
 
-def _tokenize_contexts(tokenizer, contexts):
-    """{context: (ids, char starts, char ends)} for the distinct contexts."""
+CHUNK = 256          # texts a tokenizer call
+
+
+def _tokenize_contexts(tokenizer, contexts, questions=()):
+    """{context: (ids, char starts, char ends)} for the distinct contexts, and the questions'
+    ids. A short list (one request) goes through one tokenizer call, questions included: each
+    graph call costs ~2 ms, a tenth of a one-question answer's time besides the model."""
     unique = list(dict.fromkeys(contexts))
-    out = {}
-    for i in range(0, len(unique), 256):
-        chunk = unique[i:i + 256]
-        ids, starts, ends = tokenizer.tokenize_with_offsets(chunk)
-        for text, t, s, e in zip(chunk, ids.to_list(), starts.to_list(), ends.to_list()):
+    out, question_ids = {}, None
+    if questions and len(questions) + len(unique) <= CHUNK:
+        texts = list(questions) + unique
+        ids, starts, ends = (x.to_list() for x in tokenizer.tokenize_with_offsets(texts))
+        question_ids = ids[:len(questions)]
+        chunks = [(unique, ids[len(questions):], starts[len(questions):], ends[len(questions):])]
+    else:
+        if questions:
+            question_ids = tokenizer.tokenize(list(questions)).to_list()
+        chunks = ((unique[i:i + CHUNK],
+                   *(x.to_list() for x in tokenizer.tokenize_with_offsets(unique[i:i + CHUNK])))
+                  for i in range(0, len(unique), CHUNK))
+    for chunk, chunk_ids, chunk_starts, chunk_ends in chunks:
+        for text, t, s, e in zip(chunk, chunk_ids, chunk_starts, chunk_ends):
             char_at = _char_index(text)
             out[text] = (t, char_at[np.asarray(s, np.int64)], char_at[np.asarray(e, np.int64)])
-    return out
+    return out, question_ids
 
 
 def _windows(n, max_tokens, doc_stride):
@@ -215,8 +229,9 @@ def encode_squad(tokenizer, examples, is_training, max_seq_length=MAX_SEQ_LENGTH
     `max_query_length` tokens are cut, and counted.
     """
     warnings = []
-    questions = tokenizer.tokenize([e.question for e in examples]).to_list() if examples else []
-    contexts = _tokenize_contexts(tokenizer, [e.context for e in examples])
+    contexts, questions = _tokenize_contexts(tokenizer, [e.context for e in examples],
+                                             [e.question for e in examples])
+    questions = questions or []
     rows, meta = [], []
     long_questions = 0
     for index, (example, query) in enumerate(zip(examples, questions)):

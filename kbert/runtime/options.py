@@ -7,8 +7,11 @@ errors as they are.
 | runtime    | float32 | bfloat16                                | int8                          |
 |------------|---------|-----------------------------------------|-------------------------------|
 | "keras"    | yes     | yes (fast only with AMX / AVX-512 BF16) | no                            |
-| "openvino" | yes     | where the CPU has AMX / AVX-512 BF16    | NNCF int8 weights             |
-| "onnx"     | yes     | no (no bfloat16 matmul kernels on CPU)  | dynamic quantization          |
+| "openvino" | yes     | where the CPU has AMX / AVX-512 BF16    | NNCF int8 weights (*)         |
+| "onnx"     | yes     | no (no bfloat16 matmul kernels on CPU)  | dynamic quantization (*)      |
+
+(*) where the CPU has int8 dot products (AMX-INT8, AVX-512 VNNI or AVX-VNNI): elsewhere int8 ran
+no faster than float32 (benchmarks/serve_latency.py on an AVX2 EPYC: 0.5-1.0x), so it is refused.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ def resolve(runtime: str | None = "keras", dtype: str | None = "float32") -> tup
         raise RuntimeOptionError(
             f"OpenVINO runs bfloat16 only on a CPU with AMX or AVX-512 BF16, and this one "
             f"({hardware.cpu_info()['model']}) has neither: use dtype 'float32' or 'auto'")
+    if dtype == "int8" and not hardware.has_fast_int8():
+        raise RuntimeOptionError(
+            f"int8 runs no faster than float32 on this CPU ({hardware.cpu_info()['model']} has "
+            f"no AMX-INT8 or VNNI instructions): use dtype 'float32' or 'auto'")
     require_package(runtime)
     return runtime, dtype
 

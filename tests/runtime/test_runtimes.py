@@ -124,8 +124,31 @@ def test_an_export_whose_heads_differ_from_its_config_is_refused(every_head, tmp
         kbert.load(out)
 
 
-def test_int8_runs_close_to_float32(every_head):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_evaluate_scores_the_runtime_like_the_keras_task_model(every_head, runtime, tmp_path):
+    """`kbert evaluate --runtime`: the exported graphs score what the Keras task model scores,
+    on the same features, batches and metric."""
+    pytest.importorskip("openvino" if runtime == "openvino" else "onnxruntime")
+    from kbert import finetune
+    rows = [(t, label) for t, label in zip(TEXTS * 3, ["neg", "pos", "mixed"] * 4)]
+    (tmp_path / "c.csv").write_text("text,label\n" + "".join(f'"{t}",{y}\n' for t, y in rows))
+    tags = [{"tokens": t.split(), "tags": [LABELS[i % 5] for i in range(len(t.split()))]}
+            for t in TEXTS]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in tags))
+    squad = {"data": [{"paragraphs": [{"context": TEXTS[0], "qas": [
+        {"id": "q1", "question": "who went to the store ?",
+         "answers": [{"text": "the man", "answer_start": 0}]}]}]}]}
+    (tmp_path / "q.json").write_text(json.dumps(squad))
+    for task, data in [("classify", "c.csv"), ("tag", "t.jsonl"), ("qa", "q.json")]:
+        want = finetune.evaluate(task, every_head, tmp_path / data, batch_size=4)
+        got = finetune.evaluate(task, every_head, tmp_path / data, batch_size=4,
+                                runtime=runtime)
+        assert got == pytest.approx(want, abs=1e-6), task
+
+
+def test_int8_runs_close_to_float32(every_head, monkeypatch):
     pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(hardware, "has_fast_int8", lambda: True)   # offered on VNNI CPUs only
     ref = kbert.load(every_head).embed(TEXTS, pooling="mean")
     m = kbert.load(every_head, runtime="onnx", dtype="int8")
     assert m.dtype == "int8"
@@ -158,12 +181,15 @@ def test_auto_and_refused_combinations(monkeypatch):
         resolve("keras", "int8")
     with pytest.raises(RuntimeOptionError, match="no bfloat16"):
         resolve("onnx", "bfloat16")
+    with pytest.raises(RuntimeOptionError, match="int8 runs no faster .*Test CPU.* VNNI"):
+        resolve("onnx", "int8")
     with pytest.raises(RuntimeOptionError, match="unknown dtype 'fp8'"):
         resolve("keras", "fp8")
     monkeypatch.setattr(hardware, "cpu_info", lambda *a: {
         "model": "Xeon", "bf16_flags": ["amx_bf16"], "int8_flags": ["amx_int8"]})
     assert resolve("keras", "auto") == ("keras", "bfloat16")
     assert resolve("onnx", "auto") == ("onnx", "float32")     # no bf16 kernels there
+    assert resolve("openvino", "int8") == ("openvino", "int8")
 
 
 def test_a_missing_runtime_package_is_one_line(monkeypatch):
@@ -227,8 +253,9 @@ def test_the_forms_traced_for_graphs_equal_the_keras_forms(causal):
 
 def test_the_cli_names_the_runtime_dtypes_and_refuses_a_bad_pair_in_one_line(tmp_path, capsys):
     from kbert import cli
-    from kbert.runtime import DTYPES
+    from kbert.runtime import DTYPES, RUNTIMES
     assert set(cli.DTYPE_NAMES) == set(DTYPES)
+    assert set(cli.RUNTIME_NAMES) == set(RUNTIMES)
     out = str(tmp_path / "x")
     assert cli.main(["export", "minilm-l6-squad", "--output", out, "--format", "onnx",
                      "--dtype", "bfloat16"]) == 2
