@@ -163,7 +163,7 @@ def measure_row(runtime, dtype, files, inputs, reference):
                                      ("conll2003", "f1", files["conll2003"])]:
         row[task] = finetune.evaluate(task, ckpt, data, dtype=dtype, runtime=runtime)[key]
     mlm = kbert.load(files["mlm"], dtype=dtype, runtime=runtime)
-    top1 = [fills[0]["token"] for fills in mlm.fill_mask(inputs["masked"], top_k=1)]
+    top1 = [masks[0][0]["token"] for masks in mlm.fill_mask(inputs["masked"], top_k=1)]
     vectors = kbert.load(files["encoder"], dtype=dtype, runtime=runtime).embed(inputs["texts"])
     if reference is None:
         row.update(top1=top1, vectors=vectors, agreement=100.0, cos_min=1.0, cos_mean=1.0)

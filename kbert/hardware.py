@@ -50,6 +50,15 @@ def has_fast_bfloat16() -> bool:
     return bool(cpu_info()["bf16_flags"])
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: `taskset`, a container's cpuset),
+    which a runtime's default thread count can exceed: ONNX Runtime counts the machine's
+    physical cores, and more threads than cores spin against each other."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def has_fast_int8() -> bool:
     """Whether the CPU has int8 dot-product instructions (AMX-INT8 or VNNI): without them the
     int8 runtimes measured no faster than float32 (AVX2: 0.5-1.0x), so int8 is not offered."""
@@ -93,4 +102,4 @@ def describe() -> str:
 
 
 __all__ = ["BF16_FLAGS", "INT8_FLAGS", "auto_dtype", "cpu_info", "describe",
-           "gpu_has_bfloat16", "has_fast_bfloat16", "has_fast_int8"]
+           "gpu_has_bfloat16", "has_fast_bfloat16", "has_fast_int8", "usable_cores"]

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from kbert import hardware
 from kbert.runtime import graphs
 from kbert.runtime.passes import graph_kind, input_names, kind_name
 
@@ -41,7 +42,7 @@ class GraphRunner:
 
     Graphs come from `folder` (an export directory's) when it has them, else they are made from
     `checkpoint_dir` into the cache on first use. `threads` caps the runtime's threads (None:
-    the runtime's default, all cores).
+    the cores this process may use, `hardware.usable_cores`).
     """
 
     pads = False
@@ -105,8 +106,7 @@ def _openvino_session(path, dtype, threads):
     config = {"PERFORMANCE_HINT": "LATENCY"}
     if OPENVINO_PRECISION[dtype]:
         config["INFERENCE_PRECISION_HINT"] = OPENVINO_PRECISION[dtype]
-    if threads:
-        config["INFERENCE_NUM_THREADS"] = int(threads)
+    config["INFERENCE_NUM_THREADS"] = int(threads or hardware.usable_cores())
     compiled = core.compile_model(core.read_model(path), "CPU", config)
     request = compiled.create_infer_request()
     output = compiled.output(0)
@@ -121,9 +121,8 @@ def _onnx_session(path, threads):
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if threads:
-        options.intra_op_num_threads = int(threads)
-        options.inter_op_num_threads = 1
+    options.intra_op_num_threads = int(threads or hardware.usable_cores())
+    options.inter_op_num_threads = 1
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     name = session.get_outputs()[0].name
 
