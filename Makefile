@@ -27,8 +27,10 @@ $(JAX_VENV)/.installed: requirements.txt pyproject.toml
 	$(JAX_VENV)/bin/python -m pip install -q -c requirements.txt -e ".[jax]"
 	touch $@
 
+# ruff, then the import layers of docs/architecture.md (import-linter's contracts in pyproject.toml)
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 doctest: $(VENV)/.installed
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q --doctest-modules kbert

@@ -25,15 +25,12 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert import runtime as runtime_lib
+from kbert.checkpoint_format import MissingHeadError
 from kbert.runtime import graphs
 from kbert.runtime.batching import bucket_batch, bucket_length, pad_batch, plan_batches
 from kbert.tokenizer import Tokenizer
 
 Texts = Union[str, Sequence[str]]
-
-
-class MissingHeadError(ValueError):
-    """The checkpoint lacks the head a method needs."""
 
 
 def _softmax(x, axis=-1):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 def scorer(model) -> str:
     """The head `rerank` scores with: 'classifier' where present, else 'nsp'."""
-    from kbert.pipeline import MissingHeadError
+    from kbert.checkpoint_format import MissingHeadError  # Keras is loaded with the model
     for head in ("classifier", "nsp"):
         if head in model.heads:
             return head
