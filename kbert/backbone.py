@@ -5,14 +5,17 @@ Inputs follow the original BERT feature names: `input_ids`, `segment_ids`, `inpu
 (1 = real token, 0 = padding).
 """
 
+from typing import Any
+
 import keras
 from keras import ops
 
 from kbert.config import BertConfig
+from kbert.hints import Inputs, Tensor
 from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
 
 
-def unpack_inputs(inputs: dict | object) -> tuple:
+def unpack_inputs(inputs: Inputs) -> tuple[Tensor, Tensor, Tensor]:
     """(input_ids, segment_ids, input_mask) from a dict or a bare `input_ids` tensor."""
     if not isinstance(inputs, dict):
         inputs = {"input_ids": inputs}
@@ -48,7 +51,7 @@ class BertBackbone(keras.Model):
     ((2, 6, 128), (2, 128))
     """
 
-    def __init__(self, config: BertConfig | dict | str | None = None, **kwargs):
+    def __init__(self, config: BertConfig | dict | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.config = BertConfig.from_any(config if config is not None else BertConfig())
         c = self.config
@@ -67,7 +70,7 @@ class BertBackbone(keras.Model):
                              name="pooler")
         self.build()
 
-    def build(self, input_shape=None):
+    def build(self, input_shape: object = None) -> None:
         shape = (None, None)
         self.embeddings.build(shape, shape)
         for layer in self.encoder_layers:
@@ -76,11 +79,11 @@ class BertBackbone(keras.Model):
         self.built = True
 
     @property
-    def word_embeddings(self):
+    def word_embeddings(self) -> keras.layers.Embedding:
         return self.embeddings.word_embeddings
 
-    def call(self, inputs, training=False, output_hidden_states=False, output_attentions=False,
-             pooled_only=False):
+    def call(self, inputs: Inputs, training: bool = False, output_hidden_states: bool = False,
+             output_attentions: bool = False, pooled_only: bool = False) -> dict[str, Tensor]:
         input_ids, segment_ids, input_mask = unpack_inputs(inputs)
         x = self.embeddings(input_ids, segment_ids, training=training)
         hidden_states, attentions = [x], []
@@ -102,5 +105,5 @@ class BertBackbone(keras.Model):
             outputs["attentions"] = attentions
         return outputs
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "config": self.config.to_dict()}

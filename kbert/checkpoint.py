@@ -50,10 +50,12 @@ from kbert.models import (
     BertQuestionAnswerer,
     BertTokenClassifier,
 )
+from kbert.models.finetuned import FineTunedModel
 
 # the fine-tuning task model of each head
-TASK_MODELS = {"classifier": BertClassifier, "tagger": BertTokenClassifier,
-               "span": BertQuestionAnswerer, "choice": BertMultipleChoice}
+TASK_MODELS: dict[str, type[FineTunedModel]] = {
+    "classifier": BertClassifier, "tagger": BertTokenClassifier, "span": BertQuestionAnswerer,
+    "choice": BertMultipleChoice}
 
 
 class Checkpoint(Contents):

@@ -10,8 +10,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import keras
 import numpy as np
 
 from kbert.backbone import BertBackbone
@@ -71,7 +72,7 @@ class Contents:
 CheckpointT = TypeVar("CheckpointT", bound=Contents)
 
 
-def head_options_for(head: str, labels: Sequence[str] | None = None,
+def head_options_for(head: str | None, labels: Sequence[str] | None = None,
                      num_labels: int | None = None, version_2: bool = False) -> dict:
     """The options a new head of kind `head` stores in config.json."""
     if head == "classifier":
@@ -89,7 +90,8 @@ def head_options_for(head: str, labels: Sequence[str] | None = None,
     return {}
 
 
-def make_head(name, backbone, options=None, dtype=None):
+def make_head(name: str, backbone: BertBackbone, options: dict | None = None,
+              dtype: Any = None) -> keras.layers.Layer:
     """A freshly built head layer of kind `name` for `backbone` (in the backbone's dtype
     policy unless `dtype` names another)."""
     options = options or {}
@@ -127,7 +129,7 @@ def make_head(name, backbone, options=None, dtype=None):
     return head
 
 
-def _own_variables(layer, exclude=()):
+def _own_variables(layer: keras.layers.Layer, exclude: Sequence = ()) -> dict[str, Any]:
     """{relative path: variable} for a component, skipping variables it shares with another."""
     excluded = {id(v) for v in exclude}
     out = {}
@@ -141,7 +143,7 @@ def _own_variables(layer, exclude=()):
     return out
 
 
-def named_variables(backbone, heads):
+def named_variables(backbone: BertBackbone, heads: dict) -> dict[str, Any]:
     """{checkpoint key: variable} for a backbone and its heads."""
     out = {f"backbone/{k}": v for k, v in _own_variables(backbone).items()}
     for name, head in heads.items():
@@ -205,7 +207,7 @@ def write(directory: str | os.PathLike, backbone: BertBackbone, heads: dict | No
     return directory
 
 
-def replace_directory(tmp, directory):
+def replace_directory(tmp: str, directory: str) -> None:
     """Puts the finished directory `tmp` (from mkdtemp) in place of `directory`, which a
     reader sees either whole as it was or whole as new."""
     _default_permissions(tmp)   # mkdtemp makes 0700; a checkpoint is an ordinary directory
@@ -219,7 +221,7 @@ def replace_directory(tmp, directory):
         os.replace(tmp, directory)
 
 
-def _default_permissions(directory):
+def _default_permissions(directory: str) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(directory, 0o777 & ~umask)
@@ -227,7 +229,7 @@ def _default_permissions(directory):
         os.chmod(os.path.join(directory, name), 0o666 & ~umask)
 
 
-def read_config(directory):
+def read_config(directory: str | os.PathLike) -> tuple[dict, BertConfig]:
     path = os.path.join(directory, "config.json")
     if not os.path.isfile(path):
         raise CheckpointError(f"{directory}: missing config.json (not a kbert checkpoint)")
@@ -255,7 +257,7 @@ def read_config(directory):
     return raw, config
 
 
-def _check_heads(heads, path):
+def _check_heads(heads: object, path: str) -> None:
     """config.json's `heads`: an object {head name: object of options}."""
     if not isinstance(heads, dict):
         raise CheckpointError(f"{path}: 'heads' should be an object {{name: options}}, found "
@@ -273,7 +275,7 @@ def _check_heads(heads, path):
                                   f"{_json_type(labels)}")
 
 
-def _check_embedding(options, where):
+def _check_embedding(options: object, where: str) -> dict:
     """config.json's `sentence_embedding`: {"pooling": "cls"|"mean", "normalize": bool,
     "max_seq_length": int}, each optional."""
     if not isinstance(options, dict):
@@ -290,7 +292,7 @@ def _check_embedding(options, where):
     return options
 
 
-def _json_type(value):
+def _json_type(value: object) -> str:
     """The JSON name of a parsed value's type (for messages)."""
     if value is None:
         return "null"
@@ -371,7 +373,8 @@ def read(directory: str | os.PathLike, dtype: str | None = None, head_dtype: str
                       head_options, path=directory)
 
 
-def assign(variables, tensors, source="weights", allow_extra=False):
+def assign(variables: dict[str, Any], tensors: dict[str, Any], source: str = "weights",
+           allow_extra: bool = False) -> list[str]:
     """Assigns {key: array} to {key: variable}; a missing key or a shape mismatch is an error."""
     missing = sorted(set(variables) - set(tensors))
     extra = sorted(set(tensors) - set(variables))

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import keras
 import numpy as np
@@ -41,6 +42,9 @@ from kbert.inference.runner import TextRunner
 from kbert.runtime import graphs
 from kbert.runtime.batching import bucket_batch, bucket_length  # noqa: F401  (re-exported)
 from kbert.tokenizer import Tokenizer
+
+if TYPE_CHECKING:   # the index module loads on first search
+    from kbert.retrieval.index import Index
 
 
 class Bert:
@@ -173,7 +177,7 @@ class Bert:
         return tagging.tag(self.text_runner, self.checkpoint, text, batch_size)
 
     # --- retrieval (kbert.retrieval does the work) ------------------------------------------
-    def search(self, queries: Texts, passages_or_index, top_k: int = 10,
+    def search(self, queries: Texts, passages_or_index: Sequence[str] | Index, top_k: int = 10,
                hybrid: bool | None = None,
                batch_size: int = 16) -> list[dict] | list[list[dict]]:
         """The `top_k` passages nearest each query, best first: [{"index", "text", "score"}]

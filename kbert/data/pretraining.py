@@ -61,7 +61,7 @@ def iter_blocks(paths, input_format="auto", block_size=20000, report=None):
 
 
 # --- blocks → shards ---------------------------------------------------------------------------
-_TOKENIZERS = {}
+_TOKENIZERS: dict = {}
 
 
 def _tokenizer(vocab, lower_case):

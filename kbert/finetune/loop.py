@@ -261,7 +261,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
     keras.utils.set_random_seed(seed)
     ckpt = checkpoint_lib.load(init)
     if encoded is None:
-        encoded = encode(task, ckpt.vocab, train, dev,
+        # `dev` is given whenever `encoded` is not
+        encoded = encode(task, ckpt.vocab, train, dev,  # type: ignore[arg-type]
                          _max_seq_length(spec, max_seq_length, ckpt.config),
                          ckpt.do_lower_case, max_train_examples, task_options)
     else:

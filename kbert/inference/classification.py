@@ -21,6 +21,7 @@ def classify(runner: TextRunner, ckpt: Contents, text: Texts, text_pair: Texts |
     batch_size = positive_int("classify", "batch_size", batch_size)
     require_head(ckpt, "classifier", "classify")
     options = ckpt.head_options.get("classifier", {})
+    ids_b: list
     if text_pair is None:
         ids_a, ids_b = runner.tokenizer.encode_batch(first), [None] * len(first)
     else:

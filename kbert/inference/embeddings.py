@@ -54,7 +54,8 @@ def hidden_states(runner: TextRunner, ckpt: Contents, text: Texts,
                          f"{count - 1} (0 the embeddings, {count - 1} the last layer), "
                          f"got {chosen!r}")
     ids = runner.tokenizer.encode_batch(items)
-    vocab, results = runner.tokenizer.vocab, [None] * len(items)
+    vocab = runner.tokenizer.vocab
+    results: list = [None] * len(items)
     kind = ("hidden", tuple(i % count for i in chosen))
     for idx, features, states in runner.batched(kind, ids, [None] * len(ids), batch_size):
         for r, i in enumerate(idx):

@@ -5,6 +5,7 @@ and run through the forward pass that `kbert.runtime` chose (precision and runti
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -12,14 +13,14 @@ import numpy as np
 from kbert.runtime.batching import bucket_batch, bucket_length, pad_batch, plan_batches
 from kbert.tokenizer import Tokenizer
 
-Batch = tuple[np.ndarray, dict, object]     # (example indices, packed features, pass output)
+Batch = tuple[np.ndarray, dict, Any]     # (example indices, packed features, pass output)
 
 
 class TextRunner:
     """A checkpoint's tokenizer and runtime runner: ids in, per-batch pass outputs out."""
 
-    def __init__(self, tokenizer: Tokenizer, runner: object, max_seq_length: int,
-                 hidden_size: int):
+    def __init__(self, tokenizer: Tokenizer, runner: Any, max_seq_length: int,
+                 hidden_size: int) -> None:
         self.tokenizer, self.runner = tokenizer, runner
         self.max_seq_length, self.hidden_size = max_seq_length, hidden_size
         tok = tokenizer
@@ -32,7 +33,7 @@ class TextRunner:
         ids = self.tokenizer.encode_batch(list(first) + list(second))
         return ids[:len(first)], ids[len(first):]
 
-    def run(self, kind: object, features: dict, batch_size: int) -> object:
+    def run(self, kind: object, features: dict, batch_size: int) -> Any:
         """Runs one batch of packed numpy features padded to its bucket shape; returns the
         output rows of the real examples."""
         n, width = features["input_ids"].shape

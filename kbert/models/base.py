@@ -1,6 +1,7 @@
 """The base of every task model: a backbone plus heads, with the encoder config in `get_config`."""
 
 import warnings
+from typing import Any
 
 import keras
 
@@ -11,29 +12,29 @@ from kbert.config import BertConfig
 class TaskModel(keras.Model):
     """A backbone plus heads; `get_config` stores the encoder config and the head options."""
 
-    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", **kwargs):
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not isinstance(backbone, BertBackbone):
             backbone = BertBackbone(backbone, dtype=kwargs.get("dtype"))
         self.backbone = backbone
 
     @property
-    def config(self):
+    def config(self) -> BertConfig:
         return self.backbone.config
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "backbone": self.backbone.config.to_dict()}
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict) -> "TaskModel":
         config = dict(config)
         return cls(BertBackbone(config.pop("backbone")), **config)
 
-    def _head_kwargs(self):
+    def _head_kwargs(self) -> dict:
         c = self.config
         return dict(initializer_range=c.initializer_range, dtype=self.dtype_policy)
 
-    def fit(self, *args, **kwargs):
+    def fit(self, *args: Any, **kwargs: Any) -> keras.callbacks.History:
         """`keras.Model.fit`, quiet about the pooler: heads that never read the pooled output
         (MLM without NSP, left-to-right LM, spans, tags) leave it without gradients."""
         with warnings.catch_warnings():
@@ -41,6 +42,6 @@ class TaskModel(keras.Model):
             return super().fit(*args, **kwargs)
 
 
-def sparse_ce(**kwargs) -> keras.losses.Loss:
+def sparse_ce(**kwargs: Any) -> keras.losses.Loss:
     """Sparse categorical cross-entropy on logits (every task's classification loss)."""
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, **kwargs)

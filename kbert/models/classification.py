@@ -1,22 +1,25 @@
 """One head on the encoder, `num_labels` outputs: sequence classification (and regression) on
 the pooled `[CLS]` output, token classification (NER) on the sequence output."""
 
+from typing import Any
+
 import keras
 from keras import ops  # noqa: F401  (the docstring examples)
 
 from kbert.backbone import BertBackbone
 from kbert.config import BertConfig
 from kbert.heads import ClassificationHead, TokenClassificationHead
+from kbert.hints import Inputs
 from kbert.models.base import sparse_ce
 from kbert.models.finetuned import FineTunedModel
 
 
 class SingleHeadModel(FineTunedModel):
-    head_class = None
+    head_class: Any = None
 
     def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", num_labels: int = 2,
                  head: keras.layers.Layer | None = None, dropout: float | None = None,
-                 **kwargs):
+                 **kwargs: Any) -> None:
         super().__init__(backbone, **kwargs)
         self.num_labels = num_labels
         self.head_dropout = self.config.dropout if dropout is None else dropout
@@ -26,13 +29,13 @@ class SingleHeadModel(FineTunedModel):
     def with_head(cls, backbone: BertBackbone, head: keras.layers.Layer) -> "SingleHeadModel":
         return cls(backbone, num_labels=head.units, head=head)
 
-    def _make_head(self):
+    def _make_head(self) -> keras.layers.Layer:
         head = self.head_class(self.num_labels, dropout=self.head_dropout, name=self.head_name,
                                **self._head_kwargs())
         head.build((None, self.config.hidden_size))
         return head
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "num_labels": self.num_labels,
                 "dropout": self.head_dropout}
 
@@ -58,17 +61,17 @@ class BertClassifier(SingleHeadModel):
     head_class = ClassificationHead
     head_name = "classifier"
 
-    def default_loss(self):
+    def default_loss(self) -> dict:
         if self.num_labels == 1:
             return {"loss": keras.losses.MeanSquaredError()}
         return {"loss": sparse_ce()}
 
-    def default_metrics(self):
+    def default_metrics(self) -> Any:
         if self.num_labels == 1:
             return [keras.metrics.MeanAbsoluteError(name="mae")]
         return super().default_metrics()
 
-    def call(self, inputs, training=False):
+    def call(self, inputs: Inputs, training: bool = False) -> Any:
         return self.head(self.backbone(inputs, training=training)["pooled_output"],
                          training=training)
 
@@ -84,9 +87,9 @@ class BertTokenClassifier(SingleHeadModel):
     head_class = TokenClassificationHead
     head_name = "tagger"
 
-    def default_loss(self):
+    def default_loss(self) -> dict:
         return {"loss": sparse_ce(reduction="mean_with_sample_weight")}
 
-    def call(self, inputs, training=False):
+    def call(self, inputs: Inputs, training: bool = False) -> Any:
         return self.head(self.backbone(inputs, training=training)["sequence_output"],
                          training=training)

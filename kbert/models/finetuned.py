@@ -6,11 +6,13 @@ and out (`from_checkpoint`, `save_checkpoint`).
 """
 
 import math
+from typing import Any
 
 import keras
 
 from kbert.backbone import BertBackbone
 from kbert.checkpoint_format import head_options_for, write
+from kbert.config import BertConfig
 from kbert.models.base import TaskModel
 from kbert.optimization import create_optimizer
 
@@ -19,24 +21,24 @@ class FineTunedModel(TaskModel):
     """A task model for fine-tuning: raw-text `fit`/`evaluate`/`predict` through its
     preprocessor, `compile()` with the paper's recipe, checkpoint directories in and out."""
 
-    head_name = None
+    head_name: str | None = None
     default_learning_rate = 5e-5
 
-    def __init__(self, backbone, **kwargs):
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", **kwargs: Any) -> None:
         super().__init__(backbone, **kwargs)
-        self.head_options = {}    # stored in config.json by save_checkpoint (labels, ...)
-        self._recipe = None       # compile(optimizer=None)'s settings, for the schedule at fit
+        self.head_options: dict = {}    # stored in config.json by save_checkpoint (labels, ...)
+        self._recipe: Any = None       # compile(optimizer=None)'s settings, for the schedule at fit
 
     # The preprocessor is kept out of Keras' tracking: it holds no weights, only TF tables.
     @property
-    def preprocessor(self):
+    def preprocessor(self) -> Any:
         return self.__dict__.get("_preprocessor")
 
     @preprocessor.setter
-    def preprocessor(self, value):
+    def preprocessor(self, value: Any) -> None:
         self.__dict__["_preprocessor"] = value
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if name == "preprocessor":    # not via Keras / torch.nn.Module, which would track it
             object.__setattr__(self, name, value)
         else:
@@ -46,7 +48,7 @@ class FineTunedModel(TaskModel):
     @classmethod
     def from_checkpoint(cls, path: str, num_labels: int | None = None,
                         labels: list | None = None, max_seq_length: int | None = None,
-                        **kwargs) -> "FineTunedModel":
+                        **kwargs: Any) -> "FineTunedModel":
         """This task model on a kbert checkpoint directory, with its preprocessor attached.
 
         The checkpoint's head of this kind is kept unless `num_labels`/`labels` ask for
@@ -84,16 +86,17 @@ class FineTunedModel(TaskModel):
                      do_lower_case, {self.head_name: options}, dtype, model_card)
 
     # --- compile ---------------------------------------------------------------------------
-    def default_loss(self):
+    def default_loss(self) -> dict:
         """The task's loss (and `loss_weights`), as `compile` arguments."""
         raise NotImplementedError
 
-    def default_metrics(self):
+    def default_metrics(self) -> Any:
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
-    def compile(self, optimizer=None, loss=None, weighted_metrics=None, *,
+    def compile(self, optimizer: Any = None, loss: Any = None, weighted_metrics: Any = None, *,
                 learning_rate: float | None = None, warmup: float = 0.1,
-                weight_decay: float = 0.01, num_train_steps: int | None = None, **kwargs):
+                weight_decay: float = 0.01, num_train_steps: int | None = None,
+                **kwargs: Any) -> None:
         """`keras.Model.compile` with the paper's defaults for what is left out.
 
         optimizer: None: AdamW from `kbert.optimization.create_optimizer` with peak
@@ -115,7 +118,7 @@ class FineTunedModel(TaskModel):
         super().compile(optimizer=optimizer, **defaults, weighted_metrics=weighted_metrics,
                         **kwargs)
 
-    def _paper_optimizer(self, steps):
+    def _paper_optimizer(self, steps: int | None) -> keras.optimizers.Optimizer:
         r = self._recipe
         if not steps:    # unknown length: a constant rate (no decay within 2^31 steps)
             return create_optimizer("adamw", r["learning_rate"], 2 ** 31 - 1, 0,
@@ -123,7 +126,8 @@ class FineTunedModel(TaskModel):
         return create_optimizer("adamw", r["learning_rate"], steps,
                                 int(round(r["warmup"] * steps)), r["weight_decay"])
 
-    def _schedule(self, x, y, batch_size, epochs, kwargs):
+    def _schedule(self, x: Any, y: Any, batch_size: int | None, epochs: int,
+                  kwargs: dict) -> None:
         """At the first `fit` after `compile(optimizer=None)`: warmup and decay over its steps."""
         if self._recipe is None or self._recipe["steps"]:
             return
@@ -138,37 +142,42 @@ class FineTunedModel(TaskModel):
                      num_train_steps=recipe["steps"], **compile_kwargs)
 
     # --- raw inputs ------------------------------------------------------------------------
-    def _adapt(self, x, y, sample_weight, batch_size, shuffle=False):
+    def _adapt(self, x: Any, y: Any, sample_weight: Any, batch_size: int | None,
+               shuffle: bool = False) -> tuple[Any, Any, Any, int | None]:
         if self.preprocessor is None:
             return x, y, sample_weight, batch_size
         return self.preprocessor.adapt_inputs(x, y, sample_weight, batch_size, shuffle)
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None,
-            validation_data=None, shuffle=True, **kwargs):
+    def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
+            sample_weight: Any = None, validation_data: Any = None, shuffle: bool = True,
+            **kwargs: Any) -> keras.callbacks.History:
         """`keras.Model.fit`; with a preprocessor, `x` may be raw text (see the class)."""
         raw = x
         x, y, sample_weight, batch_size = self._adapt(x, y, sample_weight, batch_size, shuffle)
         shuffle = shuffle and x is raw    # a dataset made here is shuffled already
         if validation_data is not None and self.preprocessor is not None:
-            validation_data = self._adapt(*keras.utils.unpack_x_y_sample_weight(
-                validation_data), batch_size)[0] if isinstance(validation_data, tuple) \
-                else self._adapt(validation_data, None, None, None)[0]
+            if isinstance(validation_data, tuple):
+                vx, vy, vw = keras.utils.unpack_x_y_sample_weight(validation_data)
+                validation_data = self._adapt(vx, vy, vw, batch_size)[0]
+            else:
+                validation_data = self._adapt(validation_data, None, None, None)[0]
         self._schedule(x, y, batch_size, epochs, kwargs)
         return super().fit(x, y, batch_size=batch_size, epochs=epochs,
                            sample_weight=sample_weight, validation_data=validation_data,
                            shuffle=shuffle, **kwargs)
 
-    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+    def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
+                 sample_weight: Any = None, **kwargs: Any) -> Any:
         x, y, sample_weight, batch_size = self._adapt(x, y, sample_weight, batch_size)
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight,
                                 **kwargs)
 
-    def predict(self, x, batch_size=None, **kwargs):
+    def predict(self, x: Any, batch_size: int | None = None, **kwargs: Any) -> Any:
         x, _, _, batch_size = self._adapt(x, None, None, batch_size)
         return super().predict(x, batch_size=batch_size, **kwargs)
 
 
-def _batches_per_epoch(x, batch_size):
+def _batches_per_epoch(x: Any, batch_size: int | None) -> int | None:
     """Batches in one pass over `x` (a dataset with a known size, or arrays); None if unknown."""
     if hasattr(x, "cardinality"):
         n = int(x.cardinality())

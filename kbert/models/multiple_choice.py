@@ -1,11 +1,14 @@
 """Multiple choice (SWAG): one shared scorer over each [context, ending] pair."""
 
+from typing import Any
+
 import keras
 from keras import ops
 
 from kbert.backbone import BertBackbone, unpack_inputs
 from kbert.config import BertConfig
 from kbert.heads import MultipleChoiceHead
+from kbert.hints import Inputs
 from kbert.models.base import sparse_ce
 from kbert.models.classification import SingleHeadModel
 
@@ -22,7 +25,7 @@ class BertMultipleChoice(SingleHeadModel):
 
     def __init__(self, backbone: "BertBackbone | BertConfig | dict | str",
                  head: keras.layers.Layer | None = None, dropout: float | None = None,
-                 **kwargs):
+                 **kwargs: Any) -> None:
         kwargs.pop("num_labels", None)
         super().__init__(backbone, num_labels=1, head=head, dropout=dropout, **kwargs)
 
@@ -30,15 +33,15 @@ class BertMultipleChoice(SingleHeadModel):
     def with_head(cls, backbone: BertBackbone, head: keras.layers.Layer) -> "BertMultipleChoice":
         return cls(backbone, head=head)
 
-    def default_loss(self):
+    def default_loss(self) -> dict:
         return {"loss": sparse_ce()}
 
-    def _make_head(self):
+    def _make_head(self) -> keras.layers.Layer:
         head = MultipleChoiceHead(dropout=self.head_dropout, name="choice", **self._head_kwargs())
         head.build((None, self.config.hidden_size))
         return head
 
-    def call(self, inputs, training=False):
+    def call(self, inputs: Inputs, training: bool = False) -> Any:
         input_ids, segment_ids, input_mask = unpack_inputs(inputs)
         batch, choices = ops.shape(input_ids)[0], ops.shape(input_ids)[1]
         flat = {k: ops.reshape(v, (-1, ops.shape(v)[-1]))                      # [B·C, T]

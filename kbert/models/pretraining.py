@@ -2,6 +2,7 @@
 left-to-right LM of its "LTR & No NSP" ablation."""
 
 import dataclasses
+from typing import Any
 
 import keras
 from keras import ops  # noqa: F401  (the docstring examples)
@@ -9,6 +10,7 @@ from keras import ops  # noqa: F401  (the docstring examples)
 from kbert.backbone import BertBackbone
 from kbert.config import BertConfig
 from kbert.heads import LeftToRightLMHead, MaskedLMHead, NextSentenceHead
+from kbert.hints import Inputs
 from kbert.models.base import TaskModel, sparse_ce
 
 
@@ -31,8 +33,10 @@ class BertPretrainer(TaskModel):
     ((2, 3, 100), (2, 2))
     """
 
-    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", mlm_head=None,
-                 nsp_head=None, next_sentence: bool = True, **kwargs):
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str",
+                 mlm_head: keras.layers.Layer | None = None,
+                 nsp_head: keras.layers.Layer | None = None, next_sentence: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(backbone, **kwargs)
         c = self.config
         self.next_sentence = bool(next_sentence)
@@ -41,17 +45,17 @@ class BertPretrainer(TaskModel):
             name="mlm", **self._head_kwargs())
         if not self.mlm_head.built:
             self.mlm_head.build((None, None, c.hidden_size))
-        self.nsp_head = None
+        self.nsp_head: Any = None
         if self.next_sentence:
             self.nsp_head = nsp_head or NextSentenceHead(name="nsp", **self._head_kwargs())
             if not self.nsp_head.built:
                 self.nsp_head.build((None, c.hidden_size))
 
     @property
-    def outputs_trained(self):
+    def outputs_trained(self) -> tuple[str, ...]:
         return ("mlm_logits", "nsp_logits") if self.next_sentence else ("mlm_logits",)
 
-    def call(self, inputs, training=False):
+    def call(self, inputs: Inputs, training: bool = False) -> Any:
         out = self.backbone(inputs, training=training)
         positions = inputs.get("masked_lm_positions") if isinstance(inputs, dict) else None
         outputs = {"mlm_logits": self.mlm_head(out["sequence_output"], positions)}
@@ -59,7 +63,8 @@ class BertPretrainer(TaskModel):
             outputs["nsp_logits"] = self.nsp_head(out["pooled_output"], training=training)
         return outputs
 
-    def compile(self, optimizer="adam", loss=None, weighted_metrics=None, **kwargs):
+    def compile(self, optimizer: Any = "adam", loss: Any = None, weighted_metrics: Any = None,
+                **kwargs: Any) -> None:
         if loss is None:
             loss = {"mlm_logits": sparse_ce(reduction="mean_with_sample_weight"),
                     "nsp_logits": sparse_ce()}
@@ -70,7 +75,7 @@ class BertPretrainer(TaskModel):
         super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,
                         **kwargs)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "next_sentence": self.next_sentence}
 
 
@@ -92,8 +97,8 @@ class BertLeftToRightLM(TaskModel):
 
     outputs_trained = ("lm_logits",)
 
-    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", lm_head=None,
-                 **kwargs):
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str",
+                 lm_head: keras.layers.Layer | None = None, **kwargs: Any) -> None:
         if not isinstance(backbone, BertBackbone):
             config = BertConfig.from_any(backbone if backbone is not None else BertConfig())
             backbone = BertBackbone(dataclasses.replace(config, causal=True),
@@ -108,11 +113,12 @@ class BertLeftToRightLM(TaskModel):
         if not self.lm_head.built:
             self.lm_head.build((None, None, c.hidden_size))
 
-    def call(self, inputs, training=False):
+    def call(self, inputs: Inputs, training: bool = False) -> Any:
         out = self.backbone(inputs, training=training)
         return {"lm_logits": self.lm_head(out["sequence_output"])}
 
-    def compile(self, optimizer="adam", loss=None, weighted_metrics=None, **kwargs):
+    def compile(self, optimizer: Any = "adam", loss: Any = None, weighted_metrics: Any = None,
+                **kwargs: Any) -> None:
         if loss is None:
             loss = {"lm_logits": sparse_ce(reduction="mean_with_sample_weight")}
         if weighted_metrics is None:

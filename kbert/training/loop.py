@@ -53,7 +53,7 @@ class PretrainResult:
     steps: int                  # optimizer updates done in total
     history: dict
     interrupted: bool = False
-    output: str = None
+    output: str | None = None
     wall_seconds: float = 0.0
 
 

@@ -40,8 +40,8 @@ class Settings:
     backup_dir: str
     shuffle_buffer: int
     objective: str = "mlm_nsp"
-    text_mode: str = None       # None: `datas` are shards; else each is a list of text files
-    data_service: str = None
+    text_mode: str | None = None       # None: `datas` are shards; else each is a list of text files
+    data_service: str | None = None
 
     @property
     def from_text(self):
