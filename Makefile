@@ -27,8 +27,13 @@ $(JAX_VENV)/.installed: requirements.txt pyproject.toml
 	$(JAX_VENV)/bin/python -m pip install -q -c requirements.txt -e ".[jax]"
 	touch $@
 
+# ruff; the import layers of docs/architecture.md (import-linter's contracts in pyproject.toml);
+# the type hints (mypy, configured in pyproject.toml) and their share of the public functions
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+	$(PY) .ci/hints.py --floor 34
 
 doctest: $(VENV)/.installed
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q --doctest-modules kbert

@@ -13,30 +13,36 @@ whether vectors are normalized, and the longest input it was trained on), which
 
 Safetensors keeps the weights framework-neutral (readable without Keras, by any backend) and
 lets a checkpoint be stored in float16 while loading into float32 variables.
+
+The files themselves (finding, checking, reading, writing) are `kbert.checkpoint_format`'s,
+re-exported here; this module adds what needs the task models: `Checkpoint.task_model`, and
+`save` of a whole task model.
 """
 
-import dataclasses
-import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 
 import keras
-import numpy as np
 
-from kbert.config import BertConfig, read_vocab, shown, write_vocab
-from kbert.heads import (
-    ClassificationHead,
-    LeftToRightLMHead,
-    MaskedLMHead,
-    MultipleChoiceHead,
-    NextSentenceHead,
-    SpanHead,
-    TokenClassificationHead,
+from kbert.backbone import BertBackbone
+from kbert.checkpoint_format import (
+    HEAD_NAMES,
+    WEIGHTS_FILE,
+    CheckpointError,
+    Contents,
+    MissingHeadError,
+    assign,
+    head_options_for,
+    make_head,
+    named_variables,
+    read,
+    read_config,
+    replace_directory,
+    resolve,
+    search_path,
+    write,
 )
 from kbert.models import (
-    BertBackbone,
     BertClassifier,
     BertLeftToRightLM,
     BertMultipleChoice,
@@ -44,44 +50,18 @@ from kbert.models import (
     BertQuestionAnswerer,
     BertTokenClassifier,
 )
+from kbert.models.finetuned import FineTunedModel
 
-WEIGHTS_FILE = "model.safetensors"
-HEAD_NAMES = ("mlm", "nsp", "ltr", "classifier", "tagger", "span", "choice")
+# the fine-tuning task model of each head
+TASK_MODELS: dict[str, type[FineTunedModel]] = {
+    "classifier": BertClassifier, "tagger": BertTokenClassifier, "span": BertQuestionAnswerer,
+    "choice": BertMultipleChoice}
 
 
-class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be read: names the file and the problem."""
-
-
-@dataclasses.dataclass
-class Checkpoint:
+class Checkpoint(Contents):
     """A loaded checkpoint: the encoder, its heads (Keras layers) and the vocabulary."""
 
-    config: BertConfig
-    vocab: list
-    do_lower_case: bool
-    backbone: BertBackbone
-    heads: dict            # name -> Keras layer
-    head_options: dict     # name -> dict from config.json (labels, version, ...)
-    path: str = None
-    # config.json's `sentence_embedding` (None: read from `path` on first use)
-    sentence_embedding: dict | None = None
-
-    @property
-    def embedding(self) -> dict:
-        """A sentence encoder's {"pooling", "normalize", "max_seq_length"} (e.g. converted
-        from sentence-transformers); empty for other checkpoints."""
-        if self.sentence_embedding is None:
-            raw = _read_config(self.path)[0] if self.path else {}
-            self.sentence_embedding = dict(raw.get("sentence_embedding") or {})
-        return self.sentence_embedding
-
-    def summary(self):
-        c = self.config
-        return (f"{c.num_layers} layers, hidden {c.hidden_size}, {c.num_heads} heads, "
-                f"vocab {c.vocab_size}, heads: {', '.join(self.heads) or 'none'}")
-
-    def task_model(self, task=None):
+    def task_model(self, task: str | None = None) -> keras.Model:
         """A Keras model for `fit`/`predict` built from these weights (shared, not copied).
 
         task: "pretraining" (MLM, with NSP where the checkpoint has that head), "ltr",
@@ -102,53 +82,10 @@ class Checkpoint:
                                   next_sentence="nsp" in self.heads)
         if task == "ltr":
             return BertLeftToRightLM(self.backbone, self.heads["ltr"])
-        if task == "span":
-            return BertQuestionAnswerer(self.backbone, head=self.heads["span"])
-        if task == "choice":
-            return BertMultipleChoice(self.backbone, head=self.heads["choice"])
-        cls = BertClassifier if task == "classifier" else BertTokenClassifier
-        return cls(self.backbone, num_labels=self.heads[task].units, head=self.heads[task])
+        return TASK_MODELS[task].with_head(self.backbone, self.heads[task])
 
 
-def make_head(name, backbone, options=None, dtype=None):
-    """A freshly built head layer of kind `name` for `backbone` (in the backbone's dtype
-    policy unless `dtype` names another)."""
-    options = options or {}
-    c = backbone.config
-    common = dict(initializer_range=c.initializer_range, name=name,
-                  dtype=dtype or backbone.dtype_policy)
-    if name == "mlm":
-        # Some sources (keras-hub) give the MLM transform its own activation and LayerNorm epsilon.
-        head = MaskedLMHead(backbone.word_embeddings, options.get("hidden_act", c.hidden_act),
-                            options.get("layer_norm_epsilon", c.layer_norm_epsilon), **common)
-        head.build((None, None, c.hidden_size))
-    elif name == "ltr":
-        head = LeftToRightLMHead(backbone.word_embeddings, c.hidden_act, c.layer_norm_epsilon,
-                                 **common)
-        head.build((None, None, c.hidden_size))
-    elif name == "nsp":
-        head = NextSentenceHead(**common)
-        head.build((None, c.hidden_size))
-    elif name == "span":
-        head = SpanHead(**common)
-        head.build((None, None, c.hidden_size))
-    elif name == "choice":
-        head = MultipleChoiceHead(dropout=c.dropout, **common)
-        head.build((None, c.hidden_size))
-    elif name in ("classifier", "tagger"):
-        labels = options.get("labels")
-        units = options.get("num_labels") or (len(labels) if labels else None)
-        if not units:
-            raise CheckpointError(f"the {name} head needs 'labels' or 'num_labels' in config.json")
-        cls = ClassificationHead if name == "classifier" else TokenClassificationHead
-        head = cls(units, dropout=c.dropout, **common)
-        head.build((None, c.hidden_size))
-    else:
-        raise CheckpointError(f"unknown head {name!r}; known heads: {', '.join(HEAD_NAMES)}")
-    return head
-
-
-def components_of(model):
+def components_of(model: keras.Model) -> tuple[BertBackbone, dict]:
     """(backbone, {head name: layer}) of a BertBackbone or any kbert task model."""
     if isinstance(model, BertBackbone):
         return model, {}
@@ -157,34 +94,10 @@ def components_of(model):
         return model.backbone, {k: v for k, v in heads.items() if v is not None}
     if isinstance(model, BertLeftToRightLM):
         return model.backbone, {"ltr": model.lm_head}
-    kind = {BertClassifier: "classifier", BertTokenClassifier: "tagger",
-            BertQuestionAnswerer: "span", BertMultipleChoice: "choice"}.get(type(model))
+    kind = {cls: name for name, cls in TASK_MODELS.items()}.get(type(model))
     if kind is None:
         raise TypeError(f"cannot save a {type(model).__name__}; pass a kbert model")
     return model.backbone, {kind: model.head}
-
-
-def _own_variables(layer, exclude=()):
-    """{relative path: variable} for a component, skipping variables it shares with another."""
-    excluded = {id(v) for v in exclude}
-    out = {}
-    for v in layer.weights:
-        if id(v) in excluded:
-            continue
-        key = v.path.split("/", 1)[1] if "/" in v.path else v.path
-        if key in out:
-            raise RuntimeError(f"two variables share the path {v.path}")
-        out[key] = v
-    return out
-
-
-def named_variables(backbone, heads):
-    """{checkpoint key: variable} for a backbone and its heads."""
-    out = {f"backbone/{k}": v for k, v in _own_variables(backbone).items()}
-    for name, head in heads.items():
-        out.update({f"{name}/{k}": v
-                    for k, v in _own_variables(head, exclude=backbone.weights).items()})
-    return out
 
 
 def save(directory: str | os.PathLike, model: keras.Model | None = None,
@@ -202,225 +115,26 @@ def save(directory: str | os.PathLike, model: keras.Model | None = None,
         embedding: a sentence encoder's {"pooling", "normalize", "max_seq_length"}, stored as
             config.json's `sentence_embedding`.
     """
-    from safetensors.numpy import save_file
-
     if model is not None:
         backbone, heads = components_of(model)
-    heads = heads or {}
-    vocab = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
-    if len(vocab) != backbone.config.vocab_size:
-        raise CheckpointError(f"vocabulary has {len(vocab)} tokens but the model's embeddings "
-                              f"have {backbone.config.vocab_size}")
-    head_options = head_options or {}
-    config = backbone.config.to_dict()
-    config["do_lower_case"] = bool(do_lower_case)
-    config["heads"] = {name: dict(head_options.get(name, {})) for name in heads}
-    if embedding:
-        config["sentence_embedding"] = _check_embedding(dict(embedding), "sentence_embedding")
-    tensors = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v).astype(dtype)
-               for k, v in named_variables(backbone, heads).items()}
-
-    directory = os.path.abspath(directory)
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(directory) + "-", dir=parent)
-    try:
-        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
-            f.write("\n")
-        write_vocab(vocab, os.path.join(tmp, "vocab.txt"))
-        save_file(tensors, os.path.join(tmp, WEIGHTS_FILE), metadata={"format": "kbert"})
-        card = model_card
-        if card is None and os.path.isfile(os.path.join(directory, "MODEL_CARD.md")):
-            with open(os.path.join(directory, "MODEL_CARD.md"), encoding="utf-8") as f:
-                card = f.read()
-        if card:
-            with open(os.path.join(tmp, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
-                f.write(card)
-        replace_directory(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return directory
-
-
-def replace_directory(tmp, directory):
-    """Puts the finished directory `tmp` (from mkdtemp) in place of `directory`, which a
-    reader sees either whole as it was or whole as new."""
-    _default_permissions(tmp)   # mkdtemp makes 0700; a checkpoint is an ordinary directory
-    if os.path.isdir(directory):
-        old = directory + ".old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, directory)
-
-
-def _default_permissions(directory):
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
-    for name in os.listdir(directory):
-        os.chmod(os.path.join(directory, name), 0o666 & ~umask)
-
-
-def _read_config(directory):
-    path = os.path.join(directory, "config.json")
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{directory}: missing config.json (not a kbert checkpoint)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: expected a JSON object of hyper-parameters, found "
-                              f"{_json_type(raw)}")
-    if "architectures" in raw or "model_type" in raw:
-        raise CheckpointError(f"{path} is a Hugging Face config; convert it first with "
-                              f"`kbert convert --from hf {directory} --output DIR`")
-    try:
-        config = BertConfig.from_dict(raw)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: {e}") from None
-    _check_heads(raw.get("heads", {}), path)
-    if "sentence_embedding" in raw:
-        _check_embedding(raw["sentence_embedding"], f"{path}: sentence_embedding")
-    if not isinstance(raw.get("do_lower_case", True), bool):
-        raise CheckpointError(f"{path}: 'do_lower_case' should be true or false, found "
-                              f"{_json_type(raw['do_lower_case'])}")
-    return raw, config
-
-
-def _check_heads(heads, path):
-    """config.json's `heads`: an object {head name: object of options}."""
-    if not isinstance(heads, dict):
-        raise CheckpointError(f"{path}: 'heads' should be an object {{name: options}}, found "
-                              f"{_json_type(heads)}")
-    for name, options in heads.items():
-        if name not in HEAD_NAMES:
-            raise CheckpointError(f"{path}: heads: unknown head {name!r}; known heads: "
-                                  f"{', '.join(HEAD_NAMES)}")
-        if not isinstance(options, dict):
-            raise CheckpointError(f"{path}: heads.{name} should be an object of options, found "
-                                  f"{_json_type(options)}")
-        labels = options.get("labels")
-        if labels is not None and not isinstance(labels, list):
-            raise CheckpointError(f"{path}: heads.{name}.labels should be a list, found "
-                                  f"{_json_type(labels)}")
-
-
-def _check_embedding(options, where):
-    """config.json's `sentence_embedding`: {"pooling": "cls"|"mean", "normalize": bool,
-    "max_seq_length": int}, each optional."""
-    if not isinstance(options, dict):
-        raise CheckpointError(f"{where} should be an object, found {_json_type(options)}")
-    if options.get("pooling", "cls") not in ("cls", "mean"):
-        raise CheckpointError(f"{where}.pooling should be 'cls' or 'mean', found "
-                              f"{options['pooling']!r}")
-    if not isinstance(options.get("normalize", False), bool):
-        raise CheckpointError(f"{where}.normalize should be true or false")
-    length = options.get("max_seq_length", 2)
-    if isinstance(length, bool) or not isinstance(length, int) or length < 2:
-        raise CheckpointError(f"{where}.max_seq_length should be an integer >= 2, found "
-                              f"{length!r}")
-    return options
-
-
-def _json_type(value):
-    """The JSON name of a parsed value's type (for messages)."""
-    if value is None:
-        return "null"
-    return {bool: "a boolean", dict: "an object", list: "a list", str: "a string",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
-
-
-def search_path() -> list[str]:
-    """Where a checkpoint is looked up by name: each directory of `$KBERT_MODELS`
-    (os.pathsep-separated), then the `saved_models/` of the source tree kbert is imported from
-    (a checkout or an editable install), where the shipped checkpoints are."""
-    dirs = [d for d in os.environ.get("KBERT_MODELS", "").split(os.pathsep) if d]
-    shipped = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "saved_models")
-    return [d for d in dirs + [shipped] if os.path.isdir(d)]
-
-
-def resolve(name_or_path: str | os.PathLike) -> str:
-    """A checkpoint directory from a path or a name: an existing directory wins; else a bare
-    name (no path separator) is looked up in `search_path()`, the first match winning.
-
-    >>> os.path.basename(resolve("minilm-l6-mlm-nsp"))  # doctest: +SKIP
-    'minilm-l6-mlm-nsp'
-    """
-    path = os.fspath(name_or_path)
-    if os.path.isdir(path):
-        return path
-    is_name = path and os.sep not in path and (os.altsep is None or os.altsep not in path)
-    if not is_name or path.startswith("."):
-        raise CheckpointError(f"checkpoint directory not found: {path}")
-    dirs = search_path()
-    for d in dirs:
-        if os.path.isfile(os.path.join(d, path, "config.json")):
-            return os.path.join(d, path)
-    names = sorted({n for d in dirs for n in os.listdir(d)
-                    if os.path.isfile(os.path.join(d, n, "config.json"))})
-    raise CheckpointError(
-        f"checkpoint directory not found: {path} (not a directory, nor a checkpoint name in "
-        f"{os.pathsep.join(dirs) or 'no directory: set KBERT_MODELS'}; names found: "
-        f"{shown(names) or 'none'})")
+    if backbone is None or vocab is None:
+        raise TypeError("save needs a model (or backbone=) and a vocabulary")
+    return write(directory, backbone, heads, vocab, do_lower_case, head_options, dtype,
+                 model_card, embedding)
 
 
 def load(directory: str | os.PathLike, dtype: str | None = None,
-         head_dtype: str | None = None) -> "Checkpoint":
+         head_dtype: str | None = None) -> Checkpoint:
     """Reads a checkpoint directory (or a checkpoint name, see `resolve`), checking every file
     and every weight's shape.
 
     dtype: the encoder's Keras dtype policy (default float32); head_dtype: the heads' (default
     the encoder's) — inference in bfloat16 keeps the heads, and so the logits, in float32.
     """
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    directory = resolve(directory)
-    raw, config = _read_config(directory)
-    vocab_path = os.path.join(directory, "vocab.txt")
-    if not os.path.isfile(vocab_path):
-        raise CheckpointError(f"{directory}: missing vocab.txt")
-    vocab = read_vocab(vocab_path)
-    if len(vocab) != config.vocab_size:
-        raise CheckpointError(f"{vocab_path} has {len(vocab)} tokens but config.json says "
-                              f"vocab_size {config.vocab_size}")
-    weights_path = os.path.join(directory, WEIGHTS_FILE)
-    if not os.path.isfile(weights_path):
-        raise CheckpointError(f"{directory}: missing {WEIGHTS_FILE}")
-    try:
-        tensors = load_file(weights_path)
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{weights_path}: unreadable weights ({e})") from None
-
-    head_options = raw.get("heads", {})
-    backbone = BertBackbone(config, dtype=dtype)
-    heads = {name: make_head(name, backbone, opts, head_dtype)
-             for name, opts in head_options.items()}
-    assign(named_variables(backbone, heads), tensors, source=weights_path)
-    return Checkpoint(config, vocab, bool(raw.get("do_lower_case", True)), backbone, heads,
-                      head_options, path=directory)
+    return read(directory, dtype, head_dtype, into=Checkpoint)
 
 
-def assign(variables, tensors, source="weights", allow_extra=False):
-    """Assigns {key: array} to {key: variable}; a missing key or a shape mismatch is an error."""
-    missing = sorted(set(variables) - set(tensors))
-    extra = sorted(set(tensors) - set(variables))
-    if missing:
-        raise CheckpointError(f"{source}: missing weights {shown(missing)}")
-    if extra and not allow_extra:
-        raise CheckpointError(f"{source}: unexpected weights {shown(extra)}")
-    for key, variable in variables.items():
-        value = np.asarray(tensors[key])
-        if tuple(value.shape) != tuple(variable.shape):
-            raise CheckpointError(f"{source}: weight {key} has shape {tuple(value.shape)}, the "
-                                  f"model expects {tuple(variable.shape)} (config mismatch?)")
-        variable.assign(value.astype(variable.dtype))
-    return extra
+__all__ = ["HEAD_NAMES", "TASK_MODELS", "WEIGHTS_FILE", "Checkpoint", "CheckpointError",
+           "MissingHeadError", "assign", "components_of", "head_options_for", "load",
+           "make_head", "named_variables", "read_config", "replace_directory", "resolve", "save",
+           "search_path"]

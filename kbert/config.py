@@ -6,6 +6,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 # name: (num_layers, hidden_size, num_heads), as in the paper and Turc et al. (2019).
 _PRESET_SHAPES = {
@@ -77,13 +78,13 @@ class BertConfig:
         return self.hidden_size // self.num_heads
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> "BertConfig":
+    def preset(cls, name: str, **overrides: Any) -> "BertConfig":
         """A paper-sized config: `tiny`, `mini`, `small`, `medium`, `base` or `large`."""
         if name not in _PRESET_SHAPES:
             raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
         layers, hidden, heads = _PRESET_SHAPES[name]
-        values = dict(num_layers=layers, hidden_size=hidden, num_heads=heads,
-                      intermediate_size=4 * hidden)
+        values: dict[str, Any] = dict(num_layers=layers, hidden_size=hidden, num_heads=heads,
+                                      intermediate_size=4 * hidden)
         values.update(overrides)
         return cls(**values)
 
@@ -117,7 +118,7 @@ class BertConfig:
             return config
         if isinstance(config, (str, os.PathLike)):
             return cls.from_preset_or_file(os.fspath(config))
-        return cls.from_dict(config)
+        return cls.from_dict(cast(dict, config))
 
     @classmethod
     def from_preset_or_file(cls, name_or_path: str | os.PathLike) -> "BertConfig":
@@ -212,8 +213,9 @@ def read_vocab(vocab: str | os.PathLike | Sequence[str]) -> list[str]:
     return tokens
 
 
-def _warn_duplicates(path, vocab):
-    lines, repeated = {}, {}
+def _warn_duplicates(path: str, vocab: Sequence[str]) -> None:
+    lines: dict[str, int] = {}
+    repeated: dict[str, list[int]] = {}
     for number, token in enumerate(vocab, start=1):
         if token in lines:
             repeated.setdefault(token, [lines[token]]).append(number)

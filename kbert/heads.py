@@ -3,9 +3,12 @@
 Every head follows one pattern: (gather) → dropout/transform → dense → reshape for the task.
 """
 
+from typing import Any
+
 import keras
 from keras import ops
 
+from kbert.hints import Shape, Tensor
 from kbert.layers import LayerNorm, activation, initializer
 
 
@@ -26,8 +29,9 @@ class MaskedLMHead(keras.layers.Layer):
     (2, 3, 100)
     """
 
-    def __init__(self, word_embeddings, hidden_act="gelu", layer_norm_epsilon=1e-12,
-                 initializer_range=0.02, **kwargs):
+    def __init__(self, word_embeddings: keras.layers.Embedding, hidden_act: str = "gelu",
+                 layer_norm_epsilon: float = 1e-12, initializer_range: float = 0.02,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.word_embeddings = word_embeddings
         self.hidden_act = hidden_act
@@ -40,14 +44,15 @@ class MaskedLMHead(keras.layers.Layer):
         self.layer_norm = LayerNorm(
             epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy)
 
-    def build(self, sequence_output_shape, masked_lm_positions_shape=None):
+    def build(self, sequence_output_shape: Shape,
+              masked_lm_positions_shape: Shape | None = None) -> None:
         hidden = sequence_output_shape[-1]
         self.transform.build((None, hidden))
         self.layer_norm.build((None, hidden))
         self.output_bias = self.add_weight(
             name="output_bias", shape=(self.word_embeddings.input_dim,), initializer="zeros")
 
-    def call(self, sequence_output, masked_lm_positions=None):
+    def call(self, sequence_output: Tensor, masked_lm_positions: Tensor | None = None) -> Tensor:
         x = sequence_output                                                   # [B, T, H]
         if masked_lm_positions is not None:
             positions = ops.cast(masked_lm_positions, "int32")[:, :, None]    # [B, P, 1]
@@ -61,7 +66,7 @@ class MaskedLMHead(keras.layers.Layer):
         logits = ops.reshape(logits, (*ops.shape(x)[:-1], ops.shape(decoder)[0]))  # [B, P, V]
         return logits + ops.cast(self.output_bias, logits.dtype)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         # The tied embedding is shared with the encoder; the task model re-links it on load.
         return {**super().get_config(), "hidden_act": self.hidden_act,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
@@ -81,11 +86,11 @@ class LeftToRightLMHead(MaskedLMHead):
     (2, 5, 100)
     """
 
-    def call(self, sequence_output, masked_lm_positions=None):
+    def call(self, sequence_output: Tensor, masked_lm_positions: Tensor | None = None) -> Tensor:
         return super().call(sequence_output)                                  # [B, T, V]
 
 
-def next_token_targets(input_ids, input_mask):
+def next_token_targets(input_ids: Tensor, input_mask: Tensor) -> tuple[Tensor, Tensor]:
     """(labels, weights) [B, T] for `LeftToRightLMHead`'s logits: label t is token t + 1,
     weighted 1 where that token is real (the last position and padding weigh 0).
 
@@ -106,7 +111,8 @@ def next_token_targets(input_ids, input_mask):
 class _DenseHead(keras.layers.Layer):
     """dropout → dense(units): the shared body of the classification-style heads."""
 
-    def __init__(self, units, dropout=0.1, initializer_range=0.02, **kwargs):
+    def __init__(self, units: int, dropout: float = 0.1, initializer_range: float = 0.02,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.units = units
         self.dropout_rate = dropout
@@ -115,13 +121,13 @@ class _DenseHead(keras.layers.Layer):
         self.dense = keras.layers.Dense(units, name="dense", dtype=self.dtype_policy,
                                         kernel_initializer=initializer(initializer_range))
 
-    def build(self, input_shape):
+    def build(self, input_shape: Shape) -> None:
         self.dense.build(input_shape)
 
-    def call(self, x, training=False):
+    def call(self, x: Tensor, training: bool = False) -> Tensor:
         return self.dense(self.dropout(x, training=training))
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "units": self.units, "dropout": self.dropout_rate,
                 "initializer_range": self.initializer_range}
 
@@ -129,7 +135,7 @@ class _DenseHead(keras.layers.Layer):
 class NextSentenceHead(_DenseHead):
     """IsNext / NotNext logits [B, 2] from the pooled output (label 0 = IsNext)."""
 
-    def __init__(self, initializer_range=0.02, **kwargs):
+    def __init__(self, initializer_range: float = 0.02, **kwargs: Any) -> None:
         kwargs.pop("units", None)
         kwargs.setdefault("dropout", 0.0)
         super().__init__(2, initializer_range=initializer_range, **kwargs)
@@ -146,26 +152,27 @@ class TokenClassificationHead(_DenseHead):
 class SpanHead(keras.layers.Layer):
     """SQuAD span prediction: start and end logits [B, T] from the sequence output."""
 
-    def __init__(self, initializer_range=0.02, **kwargs):
+    def __init__(self, initializer_range: float = 0.02, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.initializer_range = initializer_range
         self.dense = keras.layers.Dense(2, name="dense", dtype=self.dtype_policy,
                                         kernel_initializer=initializer(initializer_range))
 
-    def build(self, sequence_shape):
+    def build(self, sequence_shape: Shape) -> None:
         self.dense.build(sequence_shape)
 
-    def call(self, sequence_output):
+    def call(self, sequence_output: Tensor) -> tuple[Tensor, Tensor]:
         logits = self.dense(sequence_output)                                  # [B, T, 2]
         return logits[..., 0], logits[..., 1]
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "initializer_range": self.initializer_range}
 
 
 class MultipleChoiceHead(_DenseHead):
     """One score per choice from each choice's pooled output; the model reshapes to [B, C]."""
 
-    def __init__(self, dropout=0.1, initializer_range=0.02, **kwargs):
+    def __init__(self, dropout: float = 0.1, initializer_range: float = 0.02,
+                 **kwargs: Any) -> None:
         kwargs.pop("units", None)
         super().__init__(1, dropout=dropout, initializer_range=initializer_range, **kwargs)

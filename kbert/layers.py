@@ -6,16 +6,20 @@ Shapes: B batch, T sequence length, H hidden size, N heads, D = H / N head size,
 
 import contextlib
 import contextvars
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import keras
 import ml_dtypes
 from keras import ops
 
+from kbert.hints import Shape, Tensor
+
 _FOR_GRAPHS = contextvars.ContextVar("kbert_tracing_for_graphs", default=False)
 
 
 @contextlib.contextmanager
-def tracing_for_graphs():
+def tracing_for_graphs() -> Iterator[None]:
     """Inside it, the encoder is traced in the forms graph compilers fuse (`LayerNorm`'s and
     `TransformerEncoderBlock._graph_attention`): what `kbert.runtime.graphs` exports for
     OpenVINO and ONNX Runtime. The same values (a test holds them equal); inference only."""
@@ -27,7 +31,7 @@ def tracing_for_graphs():
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-def gelu(x):
+def gelu(x: Tensor) -> Tensor:
     """The exact GELU, x * Phi(x), as the paper uses it.
 
     On TensorFlow written as 0.5 * x * (1 + erf(x / sqrt(2))): `tf.nn.gelu` computes it with
@@ -49,7 +53,7 @@ class LayerNorm(keras.layers.LayerNormalization):
     on a scalar axis). Twin of Keras' `ops.layer_normalization` (a test holds them equal).
     """
 
-    def call(self, inputs):
+    def call(self, inputs: Tensor) -> Tensor:
         if not _FOR_GRAPHS.get():
             return super().call(inputs)
         x = ops.cast(inputs, "float32")
@@ -61,7 +65,7 @@ class LayerNorm(keras.layers.LayerNormalization):
         return ops.cast(x, self.compute_dtype)
 
 
-def activation(name):
+def activation(name: str) -> Callable[[Tensor], Tensor]:
     """The paper's GELU is the exact (erf) one; `gelu_new` is the tanh approximation."""
     if name == "gelu":
         return gelu
@@ -80,7 +84,7 @@ class Dense(keras.layers.Dense):
     results (within float rounding); other backends, LoRA and quantized layers use Keras' path.
     """
 
-    def call(self, inputs, training=None):
+    def call(self, inputs: Tensor, training: bool | None = None) -> Tensor:
         if (keras.backend.backend() != "tensorflow" or self.lora_enabled
                 or self.quantization_mode is not None or self.bias is None):
             return super().call(inputs, training=training)
@@ -95,7 +99,7 @@ class Dense(keras.layers.Dense):
         return y
 
 
-def attention_mask(input_mask, causal=False):
+def attention_mask(input_mask: Tensor, causal: bool = False) -> Tensor:
     """Which keys each query may attend to: bool [B, 1, 1, T], or [B, 1, T, T] when `causal`.
 
     `input_mask` [B, T] is 1 for real tokens, 0 for padding. A causal (left-to-right) mask also
@@ -115,7 +119,7 @@ def attention_mask(input_mask, causal=False):
     return ops.logical_and(mask, left[None, None, :, :])                     # [B, 1, T, T]
 
 
-def masked_exp(scores, mask):
+def masked_exp(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """The softmax of `scores` [B, N, T, T] over the keys `mask` [B, 1, 1 or T, T] lets
     through, in two parts: exp(scores − row max) (0 where masked) and the row sums [B, N, T, 1];
     the probabilities are their ratio.
@@ -135,7 +139,7 @@ def masked_exp(scores, mask):
     return weights, ops.sum(ops.cast(weights, "float32"), axis=-1, keepdims=True)
 
 
-def _jax_attention_implementation(q):
+def _jax_attention_implementation(q: Tensor) -> str:
     """"cudnn" where cuDNN's flash attention takes `q` [B, T, N, D], else "xla".
 
     cuDNN's kernel needs an NVIDIA GPU of compute capability 8.0 or later (Ampere on), bf16 or
@@ -155,14 +159,15 @@ def _jax_attention_implementation(q):
     return "cudnn"
 
 
-def _jax_fused(q):
+def _jax_fused(q: Tensor) -> bool:
     """Whether attention on JAX is `_jax_fused_attention`: where cuDNN's kernel takes `q` (or
     anything with its dtype and head size last, as the [B, T, 3, N, D] projection). On
     XLA's CPU runtime `jax.nn.dot_product_attention` takes 1.4x the explicit path's time."""
     return _jax_attention_implementation(q) == "cudnn"
 
 
-def _jax_fused_attention(q, k, v, input_mask, causal, scale):
+def _jax_fused_attention(q: Tensor, k: Tensor, v: Tensor, input_mask: Tensor, causal: bool,
+                         scale: float) -> Tensor:
     """Attention as one `jax.nn.dot_product_attention` call: cuDNN's flash attention on a GPU.
 
     Twin of the explicit path in `TransformerEncoderBlock._attention` (a test holds them equal).
@@ -180,12 +185,12 @@ def _jax_fused_attention(q, k, v, input_mask, causal, scale):
     lengths = ops.cast(ops.maximum(ops.sum(ops.cast(mask, "int32"), axis=1), 1), "int32")  # [B]
     suffix_padding = ops.all(mask[:, :-1] >= mask[:, 1:])    # no real token after a pad
 
-    def by_lengths(q, k, v):
+    def by_lengths(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return jax.nn.dot_product_attention(
             q, k, v, scale=scale, is_causal=causal, key_value_seq_lengths=lengths,
             implementation=_jax_attention_implementation(q))
 
-    def by_mask(q, k, v):
+    def by_mask(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return jax.nn.dot_product_attention(
             q, k, v, mask=mask[:, None, None, :], scale=scale, is_causal=causal,
             implementation="xla")
@@ -196,7 +201,8 @@ def _jax_fused_attention(q, k, v, input_mask, causal, scale):
     return jax.lax.cond(suffix_padding, by_lengths, jax.checkpoint(by_mask), q, k, v)
 
 
-def _torch_attention(q, k, v, mask, scale, drop_rate):
+def _torch_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float,
+                     drop_rate: float) -> Tensor:
     """Attention as one `torch.nn.functional.scaled_dot_product_attention`, dropout included.
 
     Twin of the explicit path (a test holds them equal without dropout, and the dropout
@@ -219,7 +225,7 @@ def _torch_attention(q, k, v, mask, scale, drop_rate):
     return context.transpose(1, 2)
 
 
-def initializer(stddev):
+def initializer(stddev: float) -> keras.initializers.Initializer:
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
@@ -232,8 +238,10 @@ class BertEmbeddings(keras.layers.Layer):
     (2, 5, 8)
     """
 
-    def __init__(self, vocab_size, hidden_size, max_position_embeddings=512, type_vocab_size=2,
-                 dropout=0.1, layer_norm_epsilon=1e-12, initializer_range=0.02, **kwargs):
+    def __init__(self, vocab_size: int, hidden_size: int, max_position_embeddings: int = 512,
+                 type_vocab_size: int = 2, dropout: float = 0.1,
+                 layer_norm_epsilon: float = 1e-12, initializer_range: float = 0.02,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
@@ -253,7 +261,7 @@ class BertEmbeddings(keras.layers.Layer):
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm")
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
-    def build(self, input_ids_shape, segment_ids_shape=None):
+    def build(self, input_ids_shape: Shape, segment_ids_shape: Shape | None = None) -> None:
         self.word_embeddings.build(input_ids_shape)
         self.token_type_embeddings.build(input_ids_shape)
         self.position_embeddings = self.add_weight(
@@ -261,14 +269,14 @@ class BertEmbeddings(keras.layers.Layer):
             initializer=initializer(self.initializer_range))
         self.layer_norm.build(tuple(input_ids_shape) + (self.hidden_size,))
 
-    def call(self, input_ids, segment_ids, training=False):
+    def call(self, input_ids: Tensor, segment_ids: Tensor, training: bool = False) -> Tensor:
         seq_len = ops.shape(input_ids)[1]
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(segment_ids)  # [B, T, H]
         positions = ops.cast(self.position_embeddings[:seq_len], x.dtype)             # [T, H]
         x = x + ops.expand_dims(positions, 0)
         return self.dropout(self.layer_norm(x), training=training)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "vocab_size": self.vocab_size,
                 "hidden_size": self.hidden_size,
                 "max_position_embeddings": self.max_position_embeddings,
@@ -302,9 +310,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
     (2, 5, 8)
     """
 
-    def __init__(self, hidden_size, num_heads, intermediate_size, hidden_act="gelu", dropout=0.1,
-                 attention_dropout=0.1, layer_norm_epsilon=1e-12, initializer_range=0.02,
-                 causal=False, **kwargs):
+    def __init__(self, hidden_size: int, num_heads: int, intermediate_size: int,
+                 hidden_act: str = "gelu", dropout: float = 0.1, attention_dropout: float = 0.1,
+                 layer_norm_epsilon: float = 1e-12, initializer_range: float = 0.02,
+                 causal: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if hidden_size % num_heads:
             raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
@@ -332,7 +341,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
                                                             dtype=self.dtype_policy)
         self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
-    def build(self, x_shape, input_mask_shape=None):
+    def build(self, x_shape: Shape, input_mask_shape: Shape | None = None) -> None:
         x_shape = tuple(x_shape)
         inter_shape = x_shape[:-1] + (self.intermediate_size,)
         self.qkv.build(x_shape)
@@ -342,7 +351,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.output_dense.build(inter_shape)
         self.output_layer_norm.build(x_shape)
 
-    def _attention(self, x, input_mask, training, return_attention, first_token_only=False):
+    def _attention(self, x: Tensor, input_mask: Tensor, training: bool, return_attention: bool,
+                   first_token_only: bool = False) -> Tensor:
         batch, seq_len = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(self.qkv(x), (batch, seq_len, 3, self.num_heads, self.head_size))
         mask = attention_mask(input_mask, self.causal)                  # [B, 1, 1 or T, T]
@@ -368,7 +378,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
                                                 flash_attention=False)
         return ops.reshape(context, (batch, seq_len, self.hidden_size)), None
 
-    def _graph_attention(self, qkv, mask, first_token_only):
+    def _graph_attention(self, qkv: Tensor, mask: Tensor, first_token_only: bool) -> Tensor:
         """softmax(Q·Kᵀ/√D + bias)·V in the form graph compilers fuse into one attention op
         (OpenVINO's MHA subgraph): heads leading, an additive mask bias, a plain softmax.
         Twin of `_explicit_attention` for inference (`tracing_for_graphs`; a test holds
@@ -385,7 +395,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         return ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
                            (batch, seq_len, self.hidden_size))                # [B, T, H]
 
-    def _explicit_attention(self, qkv, mask, training, return_attention, first_token_only):
+    def _explicit_attention(self, qkv: Tensor, mask: Tensor, training: bool,
+                            return_attention: bool, first_token_only: bool) -> Tensor:
         """softmax(Q·Kᵀ/√D + mask)·V with heads leading, the softmax normalised after the
         product with V (a division of [B, N, T, D], not of the [B, N, T, T] probabilities;
         dropout of the unnormalised weights is the same as of the probabilities). On XLA's CPU
@@ -409,8 +420,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
             return context, None
         return context, ops.cast(ops.cast(weights, "float32") / total, self.compute_dtype)
 
-    def call(self, x, input_mask, training=False, return_attention=False,
-             first_token_only=False):
+    def call(self, x: Tensor, input_mask: Tensor, training: bool = False,
+             return_attention: bool = False, first_token_only: bool = False) -> Tensor:
         context, probs = self._attention(x, input_mask, training, return_attention,
                                          first_token_only)
         if first_token_only:
@@ -421,7 +432,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         x = self.output_layer_norm(x + ffn)
         return (x, probs) if return_attention else x
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "hidden_size": self.hidden_size,
                 "num_heads": self.num_heads, "intermediate_size": self.intermediate_size,
                 "hidden_act": self.hidden_act, "dropout": self.dropout_rate,
@@ -438,7 +449,7 @@ class Pooler(keras.layers.Layer):
     classifies from the last token).
     """
 
-    def __init__(self, hidden_size, initializer_range=0.02, **kwargs):
+    def __init__(self, hidden_size: int, initializer_range: float = 0.02, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.initializer_range = initializer_range
@@ -446,16 +457,16 @@ class Pooler(keras.layers.Layer):
                            kernel_initializer=initializer(initializer_range),
                            dtype=self.dtype_policy)
 
-    def build(self, sequence_shape):
+    def build(self, sequence_shape: Shape) -> None:
         self.dense.build((sequence_shape[0], sequence_shape[-1]))
 
-    def call(self, sequence_output, input_mask=None):
+    def call(self, sequence_output: Tensor, input_mask: Tensor | None = None) -> Tensor:
         if input_mask is None:
             return self.dense(sequence_output[:, 0])                           # [B, H]
         last = ops.sum(ops.cast(input_mask, "int32"), axis=1) - 1              # [B]
         last = ops.maximum(last, 0)[:, None, None]                             # [B, 1, 1]
         return self.dense(ops.take_along_axis(sequence_output, last, axis=1)[:, 0])
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "hidden_size": self.hidden_size,
                 "initializer_range": self.initializer_range}

@@ -33,7 +33,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert import checkpoint as checkpoint_lib
+from kbert import checkpoint_format
+from kbert.checkpoint_format import head_options_for  # noqa: F401  (kept importable here)
 from kbert.finetune import ner, squad
 from kbert.serving.graph_ops import pack
 from kbert.tokenizer import Tokenizer
@@ -372,31 +373,15 @@ def _to_tf(value):
 
 
 # --- checkpoints -------------------------------------------------------------------------------
-def head_options_for(head, labels=None, num_labels=None, version_2=False):
-    """The options a new head of kind `head` stores in config.json."""
-    if head == "classifier":
-        if labels:
-            return {"problem": "classification", "labels": list(labels)}
-        if num_labels == 1:
-            return {"problem": "regression", "num_labels": 1}
-        return {"problem": "classification", "num_labels": int(num_labels or 2)}
-    if head == "tagger":
-        if not labels:
-            raise ValueError("a token classifier needs `labels` (the tag names, 'O' first)")
-        return {"labels": list(labels)}
-    if head == "span":
-        return {"version": "2.0" if version_2 else "1.1", "null_score_diff_threshold": 0.0}
-    return {}
-
-
 def task_from_checkpoint(cls, path, num_labels=None, labels=None, max_seq_length=None,
                          version_2=False, **preprocessor_options):
-    """A task model of class `cls` on checkpoint `path`'s encoder with its preprocessor.
+    """A task model of class `cls` (a `kbert.models` fine-tuning model) on checkpoint `path`'s
+    encoder with its preprocessor.
 
     The checkpoint's own head of that kind is kept when it fits `num_labels`/`labels`;
     otherwise a fresh head is made.
     """
-    ckpt = checkpoint_lib.load(path)
+    ckpt = checkpoint_format.read(path)
     head = cls.head_name
     if num_labels is not None and labels is not None and len(labels) != num_labels:
         raise ValueError(f"num_labels {num_labels} but {len(labels)} labels")
@@ -407,11 +392,11 @@ def task_from_checkpoint(cls, path, num_labels=None, labels=None, max_seq_length
             ckpt.heads[head], "units", num_labels) == num_labels)
     if head in ckpt.heads and (not asked or same):
         options = dict(old)
+        layer = ckpt.heads[head]
     else:
         options = head_options_for(head, labels, num_labels, version_2)
-        ckpt.heads = {head: checkpoint_lib.make_head(head, ckpt.backbone, options)}
-        ckpt.head_options = {head: options}
-    model = ckpt.task_model("span" if head == "span" else head)
+        layer = checkpoint_format.make_head(head, ckpt.backbone, options)
+    model = cls.with_head(ckpt.backbone, layer)
     model.head_options = options
     length = max_seq_length or min(384 if head == "span" else 128,
                                    ckpt.config.max_position_embeddings)
@@ -422,16 +407,6 @@ def task_from_checkpoint(cls, path, num_labels=None, labels=None, max_seq_length
 
 def save_task_checkpoint(model, directory, vocab=None, do_lower_case=None, dtype="float32",
                          model_card=None):
-    """Writes `model` (backbone + head, its labels in config.json) as a checkpoint directory."""
-    p = model.preprocessor
-    if vocab is None and p is None:
-        raise ValueError("save_checkpoint needs the vocabulary: attach a preprocessor "
-                         "(from_checkpoint does) or pass vocab=")
-    vocab = p.tokenizer.vocab if vocab is None else vocab
-    do_lower_case = (p.tokenizer.lower_case if p is not None else True) \
-        if do_lower_case is None else do_lower_case
-    options = model.head_options or head_options_for(
-        model.head_name, getattr(p, "labels", None), getattr(model, "num_labels", None))
-    return checkpoint_lib.save(directory, model, vocab=vocab, do_lower_case=do_lower_case,
-                               head_options={model.head_name: options}, dtype=dtype,
-                               model_card=model_card)
+    """Writes `model` (backbone + head, its labels in config.json) as a checkpoint directory:
+    the model's own `save_checkpoint`."""
+    return model.save_checkpoint(directory, vocab, do_lower_case, dtype, model_card)

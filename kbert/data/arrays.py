@@ -26,7 +26,7 @@ import keras
 import numpy as np
 
 from kbert.config import check_special_tokens
-from kbert.data.pretraining import FEATURES, Options
+from kbert.data.instances import FEATURES, Options
 
 INPUTS = ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")  # the model's inputs
 OBJECTIVES = ("mlm_nsp", "mlm", "ltr")
@@ -98,7 +98,7 @@ _DOCUMENTS = None      # the documents the worker processes read (inherited thro
 
 class _Vocabulary:
     def __init__(self, vocab):
-        from kbert.data.pretraining import Vocabulary
+        from kbert.data.instances import Vocabulary
         self.vocab = list(vocab)
         check_special_tokens(self.vocab)
         self.cls_id, self.sep_id, self.mask_id = (self.vocab.index(t) for t in
@@ -107,7 +107,7 @@ class _Vocabulary:
 
 
 def _instances(job):
-    from kbert.data.pretraining import create_instances_from_document
+    from kbert.data.instances import create_instances_from_document
     seed, dupe, start, stop, options, vocab = job
     rng = random.Random(f"{seed}/{dupe}/{start}")
     out = []

@@ -10,15 +10,16 @@ Example:
 """
 
 import os
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
 from kbert.config import check_special_tokens
 
 
-def feature_spec(max_seq_length=128, max_predictions_per_seq=20):
+def feature_spec(max_seq_length: int = 128, max_predictions_per_seq: int = 20) -> dict:
     """The parsing spec of the original BERT pretraining features."""
-    def ints(n):
+    def ints(n: int) -> tf.io.FixedLenFeature:
         return tf.io.FixedLenFeature([n], tf.int64)
     return {
         "input_ids": ints(max_seq_length),
@@ -31,7 +32,7 @@ def feature_spec(max_seq_length=128, max_predictions_per_seq=20):
     }
 
 
-def shard_files(data):
+def shard_files(data: str | os.PathLike) -> list[str]:
     """A directory (its `*.tfrecord`), a glob pattern or a list → the sorted shard files."""
     if isinstance(data, (list, tuple)):
         files = sorted(data)
@@ -44,7 +45,7 @@ def shard_files(data):
     return files
 
 
-def shard_shapes(files):
+def shard_shapes(files: Sequence[str]) -> tuple[int, int]:
     """(max_seq_length, max_predictions_per_seq) read from the first record."""
     for record in tf.data.TFRecordDataset(files[:1]).take(1):
         example = tf.train.Example.FromString(record.numpy())
@@ -56,8 +57,11 @@ def shard_shapes(files):
     raise ValueError(f"{files[0]}: empty shard")
 
 
-def pretraining_dataset(data, batch_size, is_training=True, input_context=None, seed=None,
-                        shuffle_buffer=10000, cycle_length=8, dynamic_masking=None):
+def pretraining_dataset(data: str | os.PathLike, batch_size: int, is_training: bool = True,
+                        input_context: tf.distribute.InputContext | None = None,
+                        seed: int | None = None, shuffle_buffer: int = 10000,
+                        cycle_length: int = 8,
+                        dynamic_masking: "DynamicMasking | None" = None) -> tf.data.Dataset:
     """Shards → batches of feature dicts (int32 ids, float32 weights).
 
     Args:
@@ -84,7 +88,7 @@ def pretraining_dataset(data, batch_size, is_training=True, input_context=None, 
         # (seed, e)), so a resumed run or a distributed one can skip to a position.
         names = tf.constant(list(ds.as_numpy_iterator()))
 
-        def shuffled_files(e):
+        def shuffled_files(e: tf.Tensor) -> tf.data.Dataset:
             order = tf.argsort(tf.random.stateless_uniform(
                 [len(files)], tf.stack([tf.constant(seed, tf.int64), e])))
             return tf.data.Dataset.from_tensor_slices(tf.gather(names, order))
@@ -96,7 +100,7 @@ def pretraining_dataset(data, batch_size, is_training=True, input_context=None, 
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=seed is None)
     ds = ds.batch(batch_size, drop_remainder=is_training)
 
-    def parse(records):
+    def parse(records: tf.Tensor) -> dict:
         features = tf.io.parse_example(records, spec)
         return {k: v if v.dtype == tf.float32 else tf.cast(v, tf.int32)
                 for k, v in features.items()}
@@ -109,7 +113,7 @@ def pretraining_dataset(data, batch_size, is_training=True, input_context=None, 
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def pretraining_targets(features, next_sentence=True):
+def pretraining_targets(features: dict, next_sentence: bool = True) -> tuple[dict, dict, dict]:
     """Splits an original-BERT feature dict into the (x, y, sample_weight) `fit` expects;
     `next_sentence=False` leaves out the NSP label (the "No NSP" ablation)."""
     x = {k: features[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
@@ -123,7 +127,7 @@ def pretraining_targets(features, next_sentence=True):
     return x, y, weights
 
 
-def next_token_batch(features):
+def next_token_batch(features: dict) -> tuple[dict, dict, dict]:
     """(x, y, sample_weight) of a left-to-right LM (`kbert.models.BertLeftToRightLM`) from a
     batch of pretraining features: the original tokens (masks put back), label t = token t + 1,
     weight 1 where that token is real. Twin of `kbert.heads.next_token_targets`."""
@@ -135,7 +139,7 @@ def next_token_batch(features):
     return x, {"lm_logits": labels}, {"lm_logits": tf.cast(weights, tf.float32)}
 
 
-def targets_for(objective="mlm_nsp"):
+def targets_for(objective: str = "mlm_nsp") -> Callable[[dict], tuple[dict, dict, dict]]:
     """The features → (x, y, sample_weight) map of a pretraining objective: "mlm_nsp" (the
     paper's), "mlm" (no NSP) or "ltr" (left-to-right LM). Twin: `kbert.data.arrays.targets`
     (NumPy; tests/data/test_arrays.py holds the two equal)."""
@@ -148,7 +152,7 @@ def targets_for(objective="mlm_nsp"):
     raise ValueError(f"unknown pretraining objective {objective!r}; choose mlm_nsp, mlm or ltr")
 
 
-def unmask(features):
+def unmask(features: dict) -> dict:
     """Put the original tokens back at the masked positions (a batch of feature dicts).
     Twin: `kbert.data.arrays.unmask` (NumPy)."""
     ids = features["input_ids"]                                            # [B, T]
@@ -178,7 +182,8 @@ class DynamicMasking:
     >>> ds = pretraining_dataset("out/", 32, dynamic_masking=masking)        # doctest: +SKIP
     """
 
-    def __init__(self, vocab, max_predictions_per_seq=20, masked_lm_prob=0.15):
+    def __init__(self, vocab: Sequence[str] | str, max_predictions_per_seq: int = 20,
+                 masked_lm_prob: float = 0.15) -> None:
         vocab = list(vocab)
         self.mask_id = vocab.index("[MASK]")
         special = [t.startswith("[") and t.endswith("]") for t in vocab]
@@ -190,7 +195,7 @@ class DynamicMasking:
         self.max_predictions_per_seq = max_predictions_per_seq
         self.masked_lm_prob = masked_lm_prob
 
-    def __call__(self, features, seed):
+    def __call__(self, features: dict, seed: tf.Tensor) -> dict:
         """Re-mask a batch of (unmasked) feature dicts; `seed` is a shape [2] int64 tensor."""
         ids = features["input_ids"]                                        # [B, T]
         P = self.max_predictions_per_seq

@@ -147,13 +147,14 @@ class _PassPredictor:
         if head not in self.PASSES:
             raise ValueError(f"evaluate: the {head!r} head runs on the keras runtime only "
                              f"(runtime={bert.runtime!r} serves {', '.join(self.PASSES)})")
-        bert._require(head, "evaluate")
+        from kbert.inference.arguments import require_head
+        require_head(bert.checkpoint, head, "evaluate")
         self.bert, self.kind = bert, head
 
     def predict_on_batch(self, batch):
         n = len(batch["input_ids"])
         features = {k: np.asarray(batch[k], "int32") for k in INPUT_KEYS}
-        out = np.asarray(self.bert._run(self.kind, features, n))
+        out = np.asarray(self.bert.text_runner.run(self.kind, features, n))
         if self.kind == "span":                      # [B, T, 2] -> the task model's dict
             return {"start_logits": out[..., 0], "end_logits": out[..., 1]}
         return out
@@ -306,7 +307,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
     keras.utils.set_random_seed(seed)
     ckpt = checkpoint_lib.load(init)
     if encoded is None:
-        encoded = encode(task, ckpt.vocab, train, dev,
+        # `dev` is given whenever `encoded` is not
+        encoded = encode(task, ckpt.vocab, train, dev,  # type: ignore[arg-type]
                          _max_seq_length(spec, max_seq_length, ckpt.config),
                          ckpt.do_lower_case, max_train_examples, task_options)
     else:

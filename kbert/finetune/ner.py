@@ -35,8 +35,8 @@ class Sentence:
     words: list
     tags: list
     line: int = 0          # line number of the first word in its file
-    columns: list = None   # the middle columns (POS, chunk) of each word
-    path: str = None       # the file it was read from
+    columns: list | None = None   # the middle columns (POS, chunk) of each word
+    path: str | None = None       # the file it was read from
 
 
 def _check_tag(tag, where):

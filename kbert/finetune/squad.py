@@ -38,8 +38,8 @@ class SquadExample:
     context: str
     answers: list                # [{"text", "answer_start"}], all given (used for evaluation)
     is_impossible: bool = False
-    answer_text: str = None      # the training answer: the first one that matches its context
-    answer_start: int = None     # character offset into context
+    answer_text: str | None = None    # the training answer: the first that matches its context
+    answer_start: int | None = None   # character offset into context
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ class SwagExample:
     context: str       # sent1
     start_ending: str  # sent2, the start every ending continues
     endings: list      # four endings
-    label: int = None  # index of the true ending; None in the test file
+    label: int | None = None  # index of the true ending; None in the test file
 
 
 def read_swag(path):

@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:   # type-only: the pipeline imports this package
+    from kbert.pipeline import Bert
 
-def options(model) -> dict:
+
+def options(model: Bert) -> dict:
     """{"pooling", "max_seq_length"} a model embeds with (`Bert.embedding_defaults`: e.g.
     all-MiniLM-L6-v2's mean pooling and 256 tokens)."""
     return dict(model.embedding_defaults)
 
 
-def embed(model, texts, batch_size: int = 16) -> np.ndarray:
+def embed(model: Bert, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
     """Unit-length float32 vectors [n, hidden] (the model's `embed`, length-sorted batches)."""
     if not len(texts):
         return np.zeros((0, model.config.hidden_size), np.float32)
@@ -36,7 +41,7 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
 _IDENTITY_CACHE: dict = {}
 
 
-def identity(model) -> dict:
+def identity(model: Bert) -> dict:
     """{"name", "path", "weights_sha256", "vocab_sha256", "pooling", "max_seq_length",
     "hidden_size"}:
     the encoder's weights hashed as the checkpoint stores them (the backbone's tensors only,
@@ -60,7 +65,7 @@ def identity(model) -> dict:
             "vocab_sha256": vocab, "hidden_size": model.config.hidden_size, **options(model)}
 
 
-def _weights_digest(path, backbone):
+def _weights_digest(path: str | None, backbone: Any) -> str:
     """sha256 over the backbone's tensors (name, dtype, shape, bytes) in name order: from the
     checkpoint file where there is one, else from the weights in memory."""
     h = hashlib.sha256()
@@ -75,7 +80,7 @@ def _weights_digest(path, backbone):
     return h.hexdigest()
 
 
-def _update(h, name, array):
+def _update(h: Any, name: str, array: np.ndarray) -> None:
     h.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
     h.update(np.ascontiguousarray(array).tobytes())
 

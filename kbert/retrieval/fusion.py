@@ -9,6 +9,9 @@ questions of the 18 training articles and reported on the 6 held-out ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import numpy as np
 
 CANDIDATES = 100          # each side's top passages that are fused
@@ -53,7 +56,8 @@ def fuse(dense: np.ndarray, lexical: np.ndarray, weight: float = DENSE_WEIGHT) -
     return weight * min_max(dense) + (1.0 - weight) * min_max(lexical)
 
 
-def hybrid(dense_rows: np.ndarray, dense_score, lexical: np.ndarray, top_k: int,
+def hybrid(dense_rows: np.ndarray, dense_score: Callable[[int, np.ndarray], np.ndarray],
+           lexical: np.ndarray, top_k: int,
            weight: float = DENSE_WEIGHT) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(rows, fused scores) per query, best first: the union of the dense side's best rows
     (`dense_rows` [q, depth]) and BM25's best `depth` (`lexical` [q, passages]), fused.
@@ -75,4 +79,4 @@ def hybrid(dense_rows: np.ndarray, dense_score, lexical: np.ndarray, top_k: int,
 
 def rrf(ranks: list[np.ndarray], k: int = 60) -> np.ndarray:
     """Reciprocal rank fusion (Cormack et al., 2009): Σ 1 / (k + rank), ranks from 1."""
-    return sum(1.0 / (k + np.asarray(r, np.float64)) for r in ranks)
+    return cast(np.ndarray, sum(1.0 / (k + np.asarray(r, np.float64)) for r in ranks))

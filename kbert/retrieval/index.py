@@ -21,12 +21,17 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kbert.retrieval import encoder as encoder_lib
 from kbert.retrieval import fusion
 from kbert.retrieval.passages import split_passages
+
+if TYPE_CHECKING:   # type-only: the pipeline imports this package; BM25 loads on use
+    from kbert.pipeline import Bert
+    from kbert.retrieval.lexical import BM25
 
 FORMAT, VERSION = "kbert-index", 1
 MANIFEST, VECTORS, PASSAGES, FAISS = "index.json", "embeddings.npy", "passages.jsonl", "faiss.index"
@@ -44,7 +49,7 @@ class EncoderMismatchError(ValueError):
     """An index searched with (or extended by) another encoder than it was built with."""
 
 
-def _faiss():
+def _faiss() -> Any:
     try:
         import faiss  # optional: pip install "kbert[retrieval]"
     except ModuleNotFoundError:
@@ -69,7 +74,7 @@ class Index:
 
     def __init__(self, vectors: np.ndarray, passages: list[dict], encoder: dict,
                  approximate: bool = False, hybrid: bool = False, path: str | None = None,
-                 split: bool = True, dense_weight: float = fusion.DENSE_WEIGHT):
+                 split: bool = True, dense_weight: float = fusion.DENSE_WEIGHT) -> None:
         self.vectors = np.ascontiguousarray(vectors, np.float32)
         self.passages = passages
         self.encoder = encoder
@@ -79,12 +84,12 @@ class Index:
         self.dense_weight = float(dense_weight)
         self.path = path
         self.notes: list[str] = []       # what building or adding did (texts split)
-        self._bm25 = None
-        self._ann = None
+        self._bm25: BM25 | None = None
+        self._ann: Any = None
 
     # --- building --------------------------------------------------------------------------
     @classmethod
-    def build(cls, model, texts: Sequence[str], metadata: Sequence[dict] | None = None,
+    def build(cls, model: Bert, texts: Sequence[str], metadata: Sequence[dict] | None = None,
               batch_size: int = BATCH_SIZE, approximate: bool = False, hybrid: bool = False,
               overlap: int = OVERLAP, split: bool = True,
               dense_weight: float = fusion.DENSE_WEIGHT) -> Index:
@@ -98,7 +103,7 @@ class Index:
         index.add(model, texts, metadata, batch_size=batch_size, overlap=overlap)
         return index
 
-    def add(self, model, texts: Sequence[str], metadata: Sequence[dict] | None = None,
+    def add(self, model: Bert, texts: Sequence[str], metadata: Sequence[dict] | None = None,
             batch_size: int = BATCH_SIZE, overlap: int = OVERLAP) -> int:
         """Adds texts (split where too long) embedded by `model`, which must be the index's
         encoder; returns the number of passages added."""
@@ -144,7 +149,7 @@ class Index:
     def __len__(self) -> int:
         return len(self.passages)
 
-    def check_encoder(self, model) -> None:
+    def check_encoder(self, model: Bert) -> None:
         """Refuses a model other than the index's encoder, naming both."""
         theirs = encoder_lib.identity(model)
         ours = self.encoder
@@ -157,7 +162,7 @@ class Index:
                 f"or rebuild it")
 
     # --- search ----------------------------------------------------------------------------
-    def search(self, queries: str | Sequence[str], model=None, top_k: int = 10,
+    def search(self, queries: str | Sequence[str], model: Bert | None = None, top_k: int = 10,
                hybrid: bool | None = None, batch_size: int = BATCH_SIZE) -> list:
         """The `top_k` passages for each query, best first: {"index" (the row), "text",
         "score", "source", "start", "end", ...metadata}. `model` defaults to the encoder the
@@ -172,6 +177,8 @@ class Index:
         self.check_encoder(model)
         vectors = encoder_lib.embed(model, queries, batch_size)
         use_hybrid = self.hybrid if hybrid is None else hybrid
+        rows: Sequence[np.ndarray] | np.ndarray
+        scores: Sequence[np.ndarray] | np.ndarray
         if use_hybrid:
             rows, scores = self._hybrid(queries, vectors, top_k)
         else:
@@ -180,7 +187,7 @@ class Index:
                 for row, score in zip(rows, scores)]
         return hits[0] if single else hits
 
-    def _hit(self, row, score):
+    def _hit(self, row: int, score: float) -> dict:
         return {"index": row, "text": self.passages[row]["text"], "score": score,
                 **{k: v for k, v in self.passages[row].items() if k != "text"}}
 
@@ -201,7 +208,7 @@ class Index:
             out_s[start:start + chunk] = np.take_along_axis(scores, out_r[start:start + chunk], 1)
         return out_s, out_r
 
-    def _approximate_index(self):
+    def _approximate_index(self) -> Any:
         if self._ann is None:
             faiss = _faiss()
             self._ann = faiss.IndexHNSWFlat(self.vectors.shape[1], 32,
@@ -211,21 +218,22 @@ class Index:
                 self._ann.add(self.vectors)
         return self._ann
 
-    def bm25(self):
+    def bm25(self) -> BM25:
         """The passages' BM25 (built on first use, after each `add`)."""
         if self._bm25 is None:
             from kbert.retrieval.lexical import BM25
             self._bm25 = BM25([p["text"] for p in self.passages])
         return self._bm25
 
-    def _hybrid(self, queries, vectors, top_k):
+    def _hybrid(self, queries: list[str], vectors: np.ndarray,
+                top_k: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Rows and fused scores of the dense and BM25 candidates (`fusion.hybrid`)."""
         depth = min(len(self.passages), max(fusion.CANDIDATES, top_k))
         _, dense_rows = self.search_vectors(vectors, depth)
         return fusion.hybrid(dense_rows, lambda i, rows: self.vectors[rows] @ vectors[i],
                              self.bm25().scores(queries), top_k, self.dense_weight)
 
-    def load_encoder(self):
+    def load_encoder(self) -> Bert:
         """The encoder the manifest names, loaded by path (else by name)."""
         import kbert
         for where in (self.encoder.get("path"), self.encoder.get("name")):
@@ -307,7 +315,7 @@ class Index:
         return index
 
 
-def _read_manifest(directory):
+def _read_manifest(directory: str) -> dict:
     if not os.path.isdir(directory):
         raise IndexDirectoryError(f"index directory not found: {directory}")
     path = os.path.join(directory, MANIFEST)
@@ -331,7 +339,7 @@ def _read_manifest(directory):
     return manifest
 
 
-def _read_passages(path):
+def _read_passages(path: str) -> list[dict]:
     out = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -346,7 +354,7 @@ def _read_passages(path):
     return out
 
 
-def _check_texts(texts):
+def _check_texts(texts: Sequence[str]) -> Sequence[str]:
     if isinstance(texts, str):
         texts = [texts]
     if not isinstance(texts, Sequence) or isinstance(texts, (bytes, dict)):
@@ -362,7 +370,7 @@ def _check_texts(texts):
     return texts
 
 
-def _check_queries(queries):
+def _check_queries(queries: str | Sequence[str]) -> list[str]:
     items = [queries] if isinstance(queries, str) else queries
     if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
         raise ValueError(f"search: queries must be a string or a list of strings, got "
@@ -378,7 +386,7 @@ def _check_queries(queries):
     return items
 
 
-def _check_top_k(top_k):
+def _check_top_k(top_k: object) -> int:
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
         raise ValueError(f"search: top_k must be an integer >= 1, got {top_k!r}")
     return int(top_k)

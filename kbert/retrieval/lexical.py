@@ -5,13 +5,14 @@ indexing is seconds for 100k passages, and the texts are the one thing to keep i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 DEFAULTS = {"k1": 1.5, "b": 0.75, "stopwords": "en"}
 
 
-def _bm25s():
+def _bm25s() -> Any:
     try:
         import bm25s  # optional: pip install "kbert[retrieval]"
     except ModuleNotFoundError:
@@ -37,7 +38,7 @@ class BM25:
         self._retriever = bm25s.BM25(k1=k1, b=b)
         self._retriever.index(self._tokenize(texts), show_progress=False)
 
-    def _tokenize(self, texts, ids=True):
+    def _tokenize(self, texts: Sequence[str], ids: bool = True) -> Any:
         return _bm25s().tokenize(list(texts), stopwords=self.options["stopwords"],
                                  show_progress=False, return_ids=ids)
 

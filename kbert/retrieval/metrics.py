@@ -12,8 +12,12 @@ import dataclasses
 import json
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:   # type-only: the pipeline imports this package
+    from kbert.pipeline import Bert
 
 METRICS = ("recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10")
 
@@ -52,7 +56,10 @@ def read_data(path: str) -> RetrievalData:
                                      f"JSONL") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise RetrievalDataError(f"{path}: expected SQuAD JSON ({{'data': [articles]}})")
-    corpus, queries, relevant, groups = [], [], [], []
+    corpus: list[str] = []
+    queries: list[str] = []
+    relevant: list = []
+    groups: list = []
     for a, article in enumerate(raw["data"]):
         for p in article.get("paragraphs", []):
             row = len(corpus)
@@ -66,7 +73,7 @@ def read_data(path: str) -> RetrievalData:
     return RetrievalData(corpus, queries, relevant, groups)
 
 
-def _strings(record, key, where):
+def _strings(record: dict, key: str, where: str) -> list[str]:
     value = record.get(key)
     if value is None:
         return []
@@ -77,10 +84,13 @@ def _strings(record, key, where):
     return value
 
 
-def _read_jsonl(path):
-    corpus, rows, queries, relevant = [], {}, [], []
+def _read_jsonl(path: str) -> RetrievalData:
+    corpus: list[str] = []
+    rows: dict[str, int] = {}
+    queries: list[str] = []
+    relevant: list = []
 
-    def row_of(text):
+    def row_of(text: str) -> int:
         if text not in rows:
             rows[text] = len(corpus)
             corpus.append(text)
@@ -136,7 +146,7 @@ def score(rankings: Sequence[Sequence[int]], relevant: Sequence[set[int]],
     return {m: round(100.0 * float(values[m]), 2) for m in metrics}
 
 
-def evaluate_retrieve(model, path: str, hybrid: bool = False, batch_size: int = 16,
+def evaluate_retrieve(model: Bert, path: str, hybrid: bool = False, batch_size: int = 16,
                       depth: int = 100) -> dict[str, float]:
     """Indexes the data's corpus with `model`, searches every query (`depth` hits) and scores
     the rankings (`kbert evaluate retrieve`)."""
@@ -147,7 +157,7 @@ def evaluate_retrieve(model, path: str, hybrid: bool = False, batch_size: int = 
     return score([_sources(h) for h in hits], data.relevant)
 
 
-def _sources(hits):
+def _sources(hits: list[dict]) -> list[int]:
     """Corpus rows in hit order, each once (a split text counts at its best passage)."""
     out = []
     for h in hits:
@@ -156,7 +166,7 @@ def _sources(hits):
     return out
 
 
-def evaluate_rerank(model, path: str, candidates: int = 20, batch_size: int = 32,
+def evaluate_rerank(model: Bert, path: str, candidates: int = 20, batch_size: int = 32,
                     max_queries: int | None = None) -> dict[str, float]:
     """BM25's top `candidates` per query, reordered by the cross-encoder `model`, scored
     (`kbert evaluate rerank`); the first `max_queries` queries when given."""

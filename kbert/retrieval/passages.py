@@ -13,6 +13,10 @@ import dataclasses
 import json
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
+    from kbert.tokenizer import Tokenizer
 
 
 class PassageError(ValueError):
@@ -54,7 +58,7 @@ def windows(starts: Sequence[int], is_word_start: Sequence[bool], max_tokens: in
         first = nxt
 
 
-def split_passages(tokenizer, texts: Sequence[str], max_tokens: int,
+def split_passages(tokenizer: Tokenizer, texts: Sequence[str], max_tokens: int,
                    overlap: int = 32) -> tuple[list[Passage], int]:
     """(passages, how many texts were split): each text in one passage if its WordPieces fit
     in `max_tokens`, else cut into overlapping windows (see `windows`)."""
@@ -88,6 +92,7 @@ def read_texts(paths: Sequence[str], column: str | None = None) -> tuple[list[st
         if not os.path.isfile(path):
             raise PassageError(f"{path}: no such file")
         suffix = os.path.splitext(path)[1].lower()
+        rows: list[tuple[int | None, str]]
         if suffix == ".jsonl":
             rows = _jsonl(path, column or "text")
         elif suffix in (".csv", ".tsv"):
@@ -104,8 +109,8 @@ def read_texts(paths: Sequence[str], column: str | None = None) -> tuple[list[st
     return texts, meta
 
 
-def _jsonl(path, column):
-    rows = []
+def _jsonl(path: str, column: str) -> list[tuple[int | None, str]]:
+    rows: list[tuple[int | None, str]] = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -120,7 +125,7 @@ def _jsonl(path, column):
     return rows
 
 
-def _csv(path, column, delimiter):
+def _csv(path: str, column: str, delimiter: str) -> list[tuple[int | None, str]]:
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         if column not in (reader.fieldnames or []):

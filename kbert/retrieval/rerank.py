@@ -8,11 +8,15 @@ score, as MS MARCO cross-encoders have) or with labels, whose last label is take
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:   # type-only: the pipeline imports this package
+    from kbert.pipeline import Bert
 
 
-def scorer(model) -> str:
+def scorer(model: Bert) -> str:
     """The head `rerank` scores with: 'classifier' where present, else 'nsp'."""
-    from kbert.pipeline import MissingHeadError
+    from kbert.checkpoint_format import MissingHeadError  # Keras is loaded with the model
     for head in ("classifier", "nsp"):
         if head in model.heads:
             return head
@@ -22,18 +26,20 @@ def scorer(model) -> str:
         f"{', '.join(model.heads) or 'no heads'}")
 
 
-def pair_scores(model, queries: Sequence[str], passages: Sequence[str],
+def pair_scores(model: Bert, queries: Sequence[str], passages: Sequence[str],
                 batch_size: int = 32) -> list[float]:
     """One relevance score per (query, passage) pair, higher is more relevant."""
     head = scorer(model)
-    if head == "nsp":
-        return [r["is_next"] for r in model.next_sentence(list(queries), list(passages),
-                                                          batch_size=batch_size)]
-    results = model.classify(list(queries), list(passages), batch_size=batch_size)
+    if head == "nsp":   # lists in, lists out
+        nsp = cast("list[dict[str, float]]", model.next_sentence(
+            list(queries), list(passages), batch_size=batch_size))
+        return [r["is_next"] for r in nsp]
+    results = cast("list[dict[str, float]]", model.classify(list(queries), list(passages),
+                                                            batch_size=batch_size))
     return [r["score"] if set(r) == {"score"} else list(r.values())[-1] for r in results]
 
 
-def rerank(model, query: str, passages: Sequence[str], top_k: int | None = None,
+def rerank(model: Bert, query: str, passages: Sequence[str], top_k: int | None = None,
            batch_size: int = 32) -> list[dict]:
     """[{"index", "text", "score"}] of `passages` sorted by relevance to `query`, best first
     (ties keep the given order); the first `top_k` when given."""

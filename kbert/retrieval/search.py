@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kbert.retrieval.index import Index
 
+if TYPE_CHECKING:   # type-only: the pipeline imports this package
+    from kbert.pipeline import Bert
 
-def search(model, queries: str | Sequence[str], passages_or_index, top_k: int = 10,
-           hybrid: bool | None = None, batch_size: int = 16) -> list:
+
+def search(model: Bert, queries: str | Sequence[str], passages_or_index: Sequence[str] | Index,
+           top_k: int = 10, hybrid: bool | None = None, batch_size: int = 16) -> list:
     """The `top_k` best passages per query: [{"index", "text", "score"}], best first.
 
     `passages_or_index`: an `Index` built with `model` (hits carry its rows' fields too), or a
@@ -31,7 +35,7 @@ def search(model, queries: str | Sequence[str], passages_or_index, top_k: int = 
     return out[0] if single else out
 
 
-def _best_per_text(hits, texts, top_k):
+def _best_per_text(hits: list[dict], texts: Sequence[str], top_k: int) -> list[dict]:
     out, seen = [], set()
     for hit in hits:                      # best first: a text's first hit is its best passage
         if hit["source"] not in seen:

@@ -2,7 +2,11 @@
 
     loop.py          `pretrain` in named steps (validate_settings → select_distribution →
                      build_model_and_optimizer → make_phases → make_callbacks → fit_phases →
-                     save_checkpoint); `build_pretrainer`, `evaluate_pretraining`
+                     save_checkpoint)
+    settings.py      `validate_settings` → `Settings`: every argument checked before any work;
+                     the data's shapes, checked against the model
+    pretrainer.py    the model of each objective (MLM + NSP, MLM, LTR): `build_pretrainer`,
+                     `evaluate_pretraining`
     distribution.py  one device, mirrored GPUs, multi-worker, TPU, JAX data parallel
     callbacks.py     crash-safe backups, stop after N updates, throughput logging, SIGTERM
     arrays.py        `pretrain_arrays`: the same model, objectives and optimizer fed from NumPy

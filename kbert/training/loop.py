@@ -17,7 +17,6 @@ Example (the same thing with plain Keras, as a user script would write it):
 """
 
 import dataclasses
-import hashlib
 import math
 import os
 import time
@@ -26,144 +25,36 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert.config import PRESETS, BertConfig, read_vocab
-from kbert.models import BertLeftToRightLM, BertPretrainer
-from kbert.optimization import OPTIMIZERS, batches_seen, create_optimizer
+from kbert.config import BertConfig
+from kbert.optimization import batches_seen, create_optimizer
 from kbert.training.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
-from kbert.training.distribution import STRATEGIES, Distribution, select_distribution
+from kbert.training.distribution import Distribution, select_distribution
+from kbert.training.pretrainer import (  # noqa: F401  (re-exported: one module before)
+    OBJECTIVES,
+    build_pretrainer,
+    evaluate_pretraining,
+    objective_of,
+)
+from kbert.training.settings import (  # noqa: F401  (re-exported)
+    MIXED_PRECISION,
+    Settings,
+    check_data,
+    data_shapes,
+    validate_settings,
+)
 
 __all__ = ["Distribution", "PretrainResult", "build_pretrainer", "evaluate_pretraining",
            "pretrain", "select_distribution"]
-MIXED_PRECISION = (None, "mixed_bfloat16", "mixed_float16")
-# The paper's objective and its section 5.1 ablations: MLM + NSP, MLM alone ("No NSP"), and a
-# left-to-right LM on a causal encoder ("LTR & No NSP"). Targets: kbert.data.inputs.targets_for.
-OBJECTIVES = ("mlm_nsp", "mlm", "ltr")
 
 
-# --- the model -----------------------------------------------------------------------------------
-def build_pretrainer(config=None, init=None, vocab=None, dtype=None, objective="mlm_nsp"):
-    """(pretraining model, vocab, do_lower_case) from a config and vocabulary, or from a
-    checkpoint: a `BertPretrainer` (with an NSP head for `objective="mlm_nsp"`, without for
-    "mlm"), or for "ltr" a `BertLeftToRightLM` on a causal encoder.
-
-    A checkpoint without the objective's heads (e.g. converted encoder weights) gets fresh heads.
-    """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown pretraining objective {objective!r}; choose one of "
-                         f"{', '.join(OBJECTIVES)}")
-    if init is not None:
-        ckpt = checkpoint_lib.load(init, dtype=dtype)
-        if config is not None:
-            wanted = _config_for_vocab(config, len(ckpt.vocab))
-            if wanted.to_dict() != ckpt.config.to_dict():
-                raise ValueError(f"--config does not match the checkpoint {init} "
-                                 f"({ckpt.summary()}); leave --config out to continue it")
-        if vocab is not None and list(read_vocab(vocab)) != list(ckpt.vocab):
-            raise ValueError(f"--vocab differs from the vocabulary of {init}")
-        if (objective == "ltr") != ckpt.config.causal:
-            raise ValueError(f"{init} has a {'causal' if ckpt.config.causal else 'bidirectional'}"
-                             f" encoder: it cannot continue with the {objective} objective")
-        names = {"mlm_nsp": ("mlm", "nsp"), "mlm": ("mlm",), "ltr": ("ltr",)}[objective]
-        heads = {name: ckpt.heads.get(name) or checkpoint_lib.make_head(name, ckpt.backbone)
-                 for name in names}
-        if objective == "ltr":
-            return BertLeftToRightLM(ckpt.backbone, heads["ltr"], dtype=dtype), ckpt.vocab, \
-                ckpt.do_lower_case
-        model = BertPretrainer(ckpt.backbone, heads["mlm"], heads.get("nsp"),
-                               next_sentence=objective == "mlm_nsp", dtype=dtype)
-        return model, ckpt.vocab, ckpt.do_lower_case
-    if vocab is None:
-        raise ValueError("pretraining from scratch needs a vocabulary (--vocab)")
-    vocab = read_vocab(vocab)
-    config = _config_for_vocab(config or "base", len(vocab))
-    if objective == "ltr":
-        return BertLeftToRightLM(config, dtype=dtype), vocab, True
-    return BertPretrainer(config, next_sentence=objective == "mlm_nsp", dtype=dtype), vocab, True
-
-
-def _config_for_vocab(config, vocab_size):
-    """A preset takes the vocabulary's size; a config file or object must match it."""
-    if isinstance(config, str) and config in PRESETS:
-        return BertConfig.preset(config, vocab_size=vocab_size)
-    config = BertConfig.from_any(config)
-    if config.vocab_size != vocab_size:
-        raise ValueError(f"config vocab_size {config.vocab_size} does not match the "
-                         f"vocabulary's {vocab_size} tokens")
-    return config
-
-
-# --- the run -------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class PretrainResult:
     model: object
     steps: int                  # optimizer updates done in total
     history: dict
     interrupted: bool = False
-    output: str = None
+    output: str | None = None
     wall_seconds: float = 0.0
-
-
-@dataclasses.dataclass
-class Settings:
-    """What `pretrain` was asked for, checked. `resume_key` is what a backup must match."""
-
-    datas: list
-    phase_steps: list
-    output: str
-    config: object
-    init: str
-    vocab: object
-    batch_size: int
-    warmup_steps: int
-    learning_rate: float
-    max_seq_length: int
-    max_predictions_per_seq: int
-    optimizer: str
-    weight_decay: float
-    mixed_precision: str
-    jit_compile: object
-    checkpoint_every: int
-    accumulate: int
-    dynamic_masking: bool
-    seed: int
-    strategy: str
-    tpu: str
-    backup_dir: str
-    shuffle_buffer: int
-    objective: str = "mlm_nsp"
-    text_mode: str = None       # None: `datas` are shards; else each is a list of text files
-    data_service: str = None
-
-    @property
-    def from_text(self):
-        return self.text_mode is not None
-
-    @property
-    def steps(self):
-        return sum(self.phase_steps)
-
-    @property
-    def micro_batch(self):
-        return self.batch_size // self.accumulate
-
-    def resume_key(self, model_config, vocab):
-        """The settings that decide the weights a run ends with (not where it logs or how
-        often it saves): a backup made with other ones is not resumed."""
-        return {"data": [_abspath(d) for d in self.datas], "text_mode": self.text_mode,
-                "phase_steps": self.phase_steps, "config": model_config.to_dict(),
-                "init": os.path.abspath(self.init) if self.init else None,
-                "vocab_sha256": hashlib.sha256("\n".join(vocab).encode()).hexdigest(),
-                "batch_size": self.batch_size, "warmup_steps": self.warmup_steps,
-                "learning_rate": self.learning_rate, "optimizer": self.optimizer,
-                "weight_decay": self.weight_decay, "mixed_precision": self.mixed_precision,
-                "accumulate": self.accumulate, "dynamic_masking": self.dynamic_masking,
-                "seed": self.seed, "shuffle_buffer": self.shuffle_buffer,
-                **({"objective": self.objective} if self.objective != "mlm_nsp" else {})}
-
-
-def _abspath(data):
-    return ([os.path.abspath(f) for f in data] if isinstance(data, (list, tuple))
-            else os.path.abspath(data))
 
 
 @dataclasses.dataclass
@@ -230,7 +121,7 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
         jit_compile, checkpoint_every, accumulate, dynamic_masking, phase_steps, seed, strategy,
         tpu, backup_dir, shuffle_buffer, objective, text, text_mode, data_service)
     dist = select_distribution(settings.strategy, settings.tpu)  # first: collectives need a
-    shapes = _data_shapes(settings)                              # fresh runtime
+    shapes = data_shapes(settings)                              # fresh runtime
     keras.utils.set_random_seed(settings.seed)
     model, vocab, do_lower_case = build_model_and_optimizer(settings, dist, shapes)
     backup = Backup(_backup_dir(settings, dist), settings.checkpoint_every * settings.accumulate,
@@ -248,85 +139,6 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
     return result
 
 
-def validate_settings(data, output, config, init, vocab, batch_size, steps, warmup_steps,
-                      learning_rate, max_seq_length, max_predictions_per_seq, optimizer,
-                      weight_decay, mixed_precision, jit_compile, checkpoint_every, accumulate,
-                      dynamic_masking, phase_steps, seed, strategy, tpu, backup_dir,
-                      shuffle_buffer, objective="mlm_nsp", text=None, text_mode="nsp",
-                      data_service=None):
-    """Every argument of `pretrain` checked before any work, each problem in one line."""
-    datas, text_mode = _data_sources(data, text, text_mode, data_service)
-    phase_steps = list(phase_steps) if phase_steps else [steps]
-    if len(phase_steps) != len(datas):
-        raise ValueError(f"{len(datas)} data sets but {len(phase_steps)} phase step counts")
-    for name, value in [("batch size", batch_size), ("--checkpoint-every", checkpoint_every),
-                        ("--accumulate", accumulate), ("--shuffle-buffer", shuffle_buffer),
-                        *(("steps", s) for s in phase_steps)]:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if batch_size % accumulate:
-        raise ValueError(f"batch size {batch_size} is not divisible by --accumulate {accumulate}")
-    total = sum(phase_steps)
-    warmup = int(0.01 * total) if warmup_steps is None else warmup_steps
-    if not 0 <= warmup <= total:
-        raise ValueError(f"warmup steps must be in [0, {total}] (the steps), got {warmup}")
-    if not learning_rate > 0:
-        raise ValueError(f"learning rate must be positive, got {learning_rate}")
-    if mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"unknown mixed precision policy {mixed_precision!r}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown pretraining objective {objective!r}; choose one of "
-                         f"{', '.join(OBJECTIVES)}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    if output is None and backup_dir is None:
-        raise ValueError("pretrain needs an output directory or a backup_dir")
-    if output is not None and os.path.exists(output) and not os.path.isdir(output):
-        raise ValueError(f"output {output} exists and is not a directory")
-    return Settings([d if text_mode else str(d) for d in datas], phase_steps, output,
-                    config, init, vocab, batch_size, warmup, learning_rate, max_seq_length,
-                    max_predictions_per_seq, optimizer, weight_decay, mixed_precision,
-                    jit_compile, checkpoint_every, accumulate, dynamic_masking, seed, strategy,
-                    tpu, backup_dir, shuffle_buffer, objective, text_mode, data_service)
-
-
-def _data_sources(data, text, text_mode, data_service):
-    """(the data of each phase, the text mode or None for shards), checked."""
-    if (data is None) == (text is None):
-        raise ValueError("pretrain needs shards (data) or text files (text), one of the two")
-    if text is not None:
-        return [_text_files(text, text_mode)], text_mode
-    if data_service:
-        raise ValueError("a data service prepares text (--text), not shards (--data)")
-    datas = [data] if isinstance(data, (str, os.PathLike)) else list(data)
-    for d in datas:
-        if not os.path.exists(d) and not any(c in str(d) for c in "*?["):
-            raise FileNotFoundError(f"pretraining data not found: {d}")
-    return datas, None
-
-
-def _text_files(text, mode):
-    """The `text` argument → a checked list of file names."""
-    from kbert.data.sentences import check_inputs
-    from kbert.data.text import MODES  # imported on use: shards need no text pipeline
-    if mode not in MODES:
-        raise ValueError(f"unknown text mode {mode!r}: use {' or '.join(MODES)}")
-    files = [text] if isinstance(text, (str, os.PathLike)) else list(text)
-    check_inputs(files)
-    return [str(f) for f in files]
-
-
-def _data_shapes(settings):
-    """(max_seq_length, max_predictions_per_seq) of each phase: the shards' own, or for
-    text the options (128 and 20 by default)."""
-    if settings.from_text:
-        return [(settings.max_seq_length or 128, settings.max_predictions_per_seq or 20)]
-    from kbert.data import inputs
-    return [inputs.shard_shapes(inputs.shard_files(d)) for d in settings.datas]
-
-
 def build_model_and_optimizer(settings, dist, shapes):
     """(compiled and built pretraining model, vocabulary, do_lower_case), in the strategy's
     scope, after checking the shards fit the model."""
@@ -337,7 +149,7 @@ def build_model_and_optimizer(settings, dist, shapes):
                                                        objective=s.objective)
         model({"input_ids": np.ones((1, 4), "int32"),                      # builds the model
                "masked_lm_positions": np.zeros((1, 1), "int32")})
-        _check_data(s.datas, shapes, model.config, s.max_seq_length, s.max_predictions_per_seq,
+        check_data(s.datas, shapes, model.config, s.max_seq_length, s.max_predictions_per_seq,
                     s.from_text)
         model.compile(create_optimizer(s.optimizer, s.learning_rate, s.steps, s.warmup_steps,
                                        s.weight_decay, gradient_accumulation_steps=s.accumulate,
@@ -457,75 +269,3 @@ def save_checkpoint(model, vocab, do_lower_case, settings, dist, save_dtype="flo
     checkpoint_lib.save(target, model, vocab=vocab, do_lower_case=do_lower_case,
                         dtype=save_dtype, model_card=model_card)
     return target
-
-
-def _check_data(datas, shapes, config, max_seq_length, max_predictions_per_seq,
-                from_text=False):
-    """Shard shapes against the options and the model; ids against the vocabulary."""
-    import tensorflow as tf
-
-    from kbert.data import inputs
-    for d, (seq, preds) in zip(datas, shapes):
-        if from_text:
-            if seq > config.max_position_embeddings:
-                raise ValueError(f"--max-seq-length {seq} exceeds the model's "
-                                 f"max_position_embeddings {config.max_position_embeddings}")
-            continue
-        if max_seq_length and len(datas) == 1 and seq != max_seq_length:
-            raise ValueError(f"{d}: shards have max_seq_length {seq}, not {max_seq_length}")
-        if max_predictions_per_seq and preds != max_predictions_per_seq:
-            raise ValueError(f"{d}: shards have max_predictions_per_seq {preds}, "
-                             f"not {max_predictions_per_seq}")
-        if seq > config.max_position_embeddings:
-            raise ValueError(f"{d}: sequences of {seq} tokens exceed the model's "
-                             f"max_position_embeddings {config.max_position_embeddings}")
-        files = inputs.shard_files(str(d))
-        spec = inputs.feature_spec(seq, preds)
-        for record in tf.data.TFRecordDataset(files[:1]).take(64).batch(64):
-            top = int(tf.reduce_max(tf.io.parse_example(record, spec)["input_ids"]))
-            if top >= config.vocab_size:
-                raise ValueError(f"{d}: token id {top} is outside the vocabulary of "
-                                 f"{config.vocab_size} (data made with another vocab.txt?)")
-
-
-def objective_of(model):
-    """"mlm_nsp", "mlm" or "ltr": the pretraining objective a model trains."""
-    if isinstance(model, BertLeftToRightLM):
-        return "ltr"
-    return "mlm_nsp" if model.next_sentence else "mlm"
-
-
-def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
-    """Held-out accuracy and loss of a pretraining model (compiled or not) on shards, or on a
-    dict of feature arrays (`kbert.data.arrays`, no TensorFlow needed): MLM and NSP for a
-    `BertPretrainer` (MLM alone without an NSP head), next-token `lm_` ones for a
-    `BertLeftToRightLM` (its loss is the log of the perplexity).
-
-    Reads every record once in order (no shuffling, no repetition).
-
-    Example:
-    >>> model = kbert.load("ckpt").task_model("pretraining")          # doctest: +SKIP
-    >>> evaluate_pretraining(model, "heldout/")                       # doctest: +SKIP
-    {'mlm_accuracy': 0.55, 'nsp_accuracy': 0.9, 'mlm_loss': 2.4, 'nsp_loss': 0.25, 'examples': 1553}
-    """
-    if not getattr(model, "compiled", False):
-        model.compile()
-    if isinstance(data, dict):
-        from kbert.data import arrays
-        ds = arrays.PretrainingBatches(data, batch_size, objective_of(model), shuffle=False)
-        examples = len(data["input_ids"])
-    else:
-        from kbert.data import inputs
-        ds = inputs.pretraining_dataset(str(data), batch_size, is_training=False)
-        ds = ds.map(inputs.targets_for(objective_of(model)))
-        examples = sum(1 for _ in inputs.pretraining_dataset(str(data), 4096, is_training=False)
-                       .unbatch())
-    out = model.evaluate(ds, steps=max_batches, return_dict=True, verbose=0)
-    result, single = {}, len(model.outputs_trained) == 1
-    for output in model.outputs_trained:                 # "mlm_logits" -> "mlm_accuracy", ...
-        name = output.removesuffix("_logits")
-        # Keras names a single output's metrics without the output's name.
-        result[f"{name}_accuracy"] = float(out["accuracy" if single else f"{output}_accuracy"])
-        result[f"{name}_loss"] = float(out["loss" if single else f"{output}_loss"])
-    return {**{k: v for k, v in sorted(result.items(), key=lambda kv: kv[0].endswith("loss"))},
-            "examples": int(examples)}

@@ -1,0 +1,107 @@
+"""The `kbert` command: parses arguments and calls the library. No logic of its own.
+
+Each subcommand is one `add_<name>` function (its arguments) and one `run_<name>` function (the
+call into kbert), in the module named after what it calls:
+
+    common.py       CliError, positive_int, the --output checks
+    convert.py      convert                          (kbert.convert)
+    data.py         build-vocab, create-pretraining-data, data-service
+                                                     (kbert.tokenizer, kbert.data)
+    pretrain.py     pretrain                         (kbert.training)
+    finetune.py     finetune, evaluate               (kbert.finetune)
+    retrieval.py    index, evaluate retrieve|rerank  (kbert.retrieval)
+    export.py       export                           (kbert.serving, kbert.runtime.graphs)
+    app.py          app                              (the playground, app/)
+    experiments.py  experiments                      (kbert.experiments)
+
+Any error the library raises for bad input becomes one line on stderr, `kbert COMMAND: error:
+...`, and exit status 2 (`main`, the one place that does it); `--debug` or `KBERT_DEBUG=1`
+shows the traceback instead. The parser imports nothing heavy: `kbert --help`, every
+subcommand's `--help` and argument errors answer without TensorFlow or Keras (seconds and
+~1 GB); each `run_*` imports what it calls.
+"""
+
+import argparse
+import os
+import pickle
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from kbert.cli import (  # noqa: E402  (after the environment TensorFlow reads)
+    app,
+    convert,
+    data,
+    experiments,
+    export,
+    finetune,
+    pretrain,
+    retrieval,
+)
+from kbert.cli.common import CliError, positive_int  # noqa: E402
+from kbert.cli.export import DTYPE_NAMES, EXPORT_FORMATS, RUNTIME_NAMES  # noqa: E402
+from kbert.cli.finetune import TASK_NAMES  # noqa: E402
+from kbert.cli.retrieval import RETRIEVAL_TASKS  # noqa: E402
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (also: KBERT_DEBUG=1)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (convert.add_convert, data.add_build_vocab, data.add_create_pretraining_data,
+                pretrain.add_pretrain, data.add_data_service, finetune.add_finetune,
+                finetune.add_evaluate, export.add_export, app.add_app,
+                experiments.add_experiments, retrieval.add_index):
+        add(sub)
+    for command in sub.choices.values():       # `kbert COMMAND ... --debug` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=argparse.SUPPRESS)
+    return parser
+
+
+def expected_errors():
+    """The error types that mean bad input (or an unusable environment), not a bug in kbert.
+
+    TensorFlow's `OpError`s (e.g. `PermissionDeniedError` writing a file, `InvalidArgumentError`
+    on a malformed record) count when TensorFlow is already loaded: looked up, not imported, so
+    commands that do not need TensorFlow stay fast and work without it.
+    """
+    errors = (CliError, ValueError, OSError, KeyError, UnicodeError, pickle.UnpicklingError)
+    tf = sys.modules.get("tensorflow")
+    op_error = getattr(getattr(tf, "errors", None), "OpError", None)
+    return errors + (op_error,) if isinstance(op_error, type) else errors
+
+
+def error_line(error):
+    """The first line of an error's message (its type name when it has none)."""
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    text = text.strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def main(argv=None):
+    """Runs one command. Bad input: `kbert COMMAND: error: ...` on stderr and exit status 2
+    (as argparse does for bad arguments); the traceback only with --debug or KBERT_DEBUG=1."""
+    args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("KBERT_DEBUG", "") not in ("", "0")
+    try:
+        args.func(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"kbert {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if debug or not isinstance(e, expected_errors()):
+            raise
+        print(f"kbert {args.command}: error: {error_line(e)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+__all__ = ["DTYPE_NAMES", "EXPORT_FORMATS", "RUNTIME_NAMES", "RETRIEVAL_TASKS", "TASK_NAMES",
+           "CliError",
+           "build_parser", "error_line", "expected_errors", "main", "positive_int"]

@@ -1,0 +1,32 @@
+"""`kbert app`: the Gradio playground (`app/`, installed beside kbert)."""
+
+from kbert.cli.common import CliError
+
+
+def app_server():
+    """The playground's launcher (`app/`, installed beside kbert); None where it is absent.
+
+    Imported on use: the playground needs gradio, which the rest of the CLI does not."""
+    try:
+        from app import server
+    except ModuleNotFoundError as e:
+        if e.name not in ("app", "app.server", "gradio"):
+            raise
+        return None
+    return server
+
+
+def add_app(sub):
+    p = sub.add_parser("app", help="serve the Gradio playground (127.0.0.1:7860 by default)")
+    server = app_server()
+    if server is not None:
+        server.add_arguments(p)
+    p.set_defaults(func=run_app)
+
+
+def run_app(args):
+    server = app_server()
+    if server is None:
+        raise CliError("the playground needs gradio: pip install 'kbert[app]'")
+    server.serve(args.model, args.models_dir, args.host, args.port, args.share, args.concurrency,
+                 args.preload, runtime=args.runtime, dtype=args.dtype)

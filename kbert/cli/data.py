@@ -1,0 +1,100 @@
+"""`kbert build-vocab`, `create-pretraining-data` and `data-service`: `kbert.tokenizer` and
+`kbert.data`."""
+
+from kbert.cli.common import CliError, check_output_dir, check_output_file
+
+
+def add_build_vocab(sub):
+    p = sub.add_parser("build-vocab", help="learn a WordPiece vocabulary from text files")
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
+    p.add_argument("--vocab-size", type=int, required=True, help="vocabulary size (at most)")
+    p.add_argument("--output", required=True, help="the vocab.txt to write")
+    p.add_argument("--cased", action="store_true", help="keep case and accents")
+    p.add_argument("--num-unused", type=int, default=99,
+                   help="[unusedN] slots after [PAD] (99: BERT's ids for the special tokens)")
+    p.add_argument("--input-format", default="auto", choices=("auto", "documents", "sentences"),
+                   help="documents: one per file, blank line between paragraphs; sentences: one "
+                        "a line, blank line between documents; auto: decided per file")
+    p.set_defaults(func=run_build_vocab)
+
+
+def run_build_vocab(args):
+    from kbert import tokenizer
+    from kbert.data.sentences import read_documents
+    check_output_file(args.output)
+    sentences = (s for document in read_documents(args.input, args.input_format)
+                 for s in document)
+    vocab = tokenizer.build_vocab(sentences, args.vocab_size, lower_case=not args.cased,
+                                  num_unused=args.num_unused)
+    tokenizer.write_vocab(vocab, args.output)
+    print(f"wrote {args.output}: {len(vocab)} tokens (--vocab-size {args.vocab_size} is the most)")
+
+
+def add_create_pretraining_data(sub):
+    p = sub.add_parser("create-pretraining-data",
+                       help="text files → masked LM / next sentence TFRecord shards")
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
+    p.add_argument("--vocab", required=True, help="vocab.txt")
+    p.add_argument("--output", required=True, help="directory for the shards")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--max-predictions-per-seq", type=int, default=20)
+    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--dupe-factor", type=int, default=10)
+    p.add_argument("--whole-word-mask", action="store_true")
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes (default: every usable CPU); the output is the same for any")
+    p.add_argument("--cased", action="store_true", help="the vocabulary is cased")
+    p.add_argument("--input-format", default="auto", choices=("auto", "documents", "sentences"),
+                   help="documents: one per file, blank line between paragraphs; sentences: one "
+                        "a line, blank line between documents; auto: decided per file")
+    p.add_argument("--block-size", type=int, default=20000,
+                   help="sentences held in memory at once (random next segments come from the "
+                        "same block)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the shards in a non-empty --output (refused otherwise)")
+    p.set_defaults(func=run_create_pretraining_data)
+
+
+def run_create_pretraining_data(args):
+    from kbert.data import pretraining
+    check_output_dir(args.output)
+    options = pretraining.Options(
+        args.max_seq_length, args.max_predictions_per_seq, args.masked_lm_prob,
+        args.short_seq_prob, args.dupe_factor, args.whole_word_mask, args.seed)
+    totals = pretraining.create_pretraining_data(
+        args.input, args.vocab, args.output, options, lower_case=not args.cased,
+        workers=args.workers, input_format=args.input_format, block_size=args.block_size,
+        overwrite=args.overwrite)
+    for line in pretraining.summary(totals):
+        print(line)
+
+
+def add_data_service(sub):
+    p = sub.add_parser("data-service", help="run a tf.data service dispatcher or worker that "
+                                            "prepares `pretrain --text` batches on other hosts")
+    p.add_argument("role", choices=("dispatcher", "worker"))
+    p.add_argument("--port", type=int, default=None,
+                   help="port to serve on (default: dispatcher 5050, worker 5051)")
+    p.add_argument("--dispatcher", metavar="HOST:PORT", help="worker: the dispatcher's address")
+    p.add_argument("--worker-address", metavar="HOST:PORT",
+                   help="worker: the address trainers reach it at (default localhost:PORT; "
+                        "on a cluster this host's name and the port)")
+    p.add_argument("--work-dir", help="dispatcher: a shared directory for its journal, so a "
+                                      "restarted dispatcher resumes its jobs")
+    p.set_defaults(func=run_data_service)
+
+
+def run_data_service(args):
+    from kbert.data import text
+    if args.role == "worker" and not args.dispatcher:
+        raise CliError("a worker needs --dispatcher HOST:PORT")
+    if args.role == "dispatcher":
+        port = 5050 if args.port is None else args.port
+        server = text.serve_dispatcher(port, args.work_dir)
+    else:
+        port = 5051 if args.port is None else args.port
+        server = text.serve_worker(args.dispatcher, port, args.worker_address)
+    print(f"kbert data-service: {args.role} serving on port {port} (Ctrl-C stops it)", flush=True)
+    server.join()

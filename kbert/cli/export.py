@@ -1,0 +1,45 @@
+"""`kbert export`: `kbert.serving` (a TF Serving SavedModel) or `kbert.runtime.graphs` (ONNX,
+OpenVINO)."""
+
+from kbert.cli.common import positive_int
+
+EXPORT_FORMATS = ("saved_model", "onnx", "openvino")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "int8")   # kbert.runtime.DTYPES (a test checks)
+RUNTIME_NAMES = ("keras", "openvino", "onnx")            # kbert.runtime.RUNTIMES (a test checks)
+
+
+def add_export(sub):
+    p = sub.add_parser("export", help="write a TF Serving SavedModel (raw-string signatures), "
+                                      "or the model's passes as ONNX / OpenVINO graphs")
+    p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint directory")
+    p.add_argument("--output", required=True,
+                   help="SavedModel: model base directory, writes OUTPUT/VERSION/; onnx and "
+                        "openvino: the export directory (kbert.load(OUTPUT) runs it)")
+    p.add_argument("--format", default="saved_model", choices=EXPORT_FORMATS,
+                   help="saved_model (TF Serving, default), onnx or openvino")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
+                   help="precision: float32 (default), bfloat16 (SavedModel, OpenVINO), int8 "
+                        "(ONNX, OpenVINO), auto (bfloat16 where the CPU runs it natively)")
+    p.add_argument("--version", type=positive_int, default=1,
+                   help="version sub-directory (default 1, SavedModel only)")
+    p.add_argument("--signatures", nargs="+", metavar="NAME",
+                   help="string signatures to write (default: all the heads allow)")
+    p.add_argument("--top-k", type=positive_int, default=5,
+                   help="fillers per mask / answers per question")
+    p.add_argument("--max-masks", type=positive_int, default=5, help="[MASK]s answered per text")
+    p.set_defaults(func=run_export)
+
+
+def run_export(args):
+    if args.format != "saved_model":
+        from kbert.runtime import graphs
+        path = graphs.export(args.checkpoint, args.output, fmt=args.format, dtype=args.dtype)
+        manifest = graphs.read_manifest(path)
+        print(f"wrote {path}: {args.format} {manifest['dtype']}, passes "
+              f"{', '.join(manifest['kinds'])}")
+        return
+    from kbert import serving
+    options = serving.ExportOptions(top_k=args.top_k, max_masks=args.max_masks)
+    path = serving.export(args.checkpoint, args.output, version=args.version,
+                         signatures=args.signatures, options=options, dtype=args.dtype)
+    print(f"wrote {path}: signatures {', '.join(serving.list_signatures(path))}")

@@ -1,0 +1,108 @@
+"""`kbert finetune` and `kbert evaluate`: `kbert.finetune` (and `kbert.retrieval.metrics` for
+`evaluate retrieve|rerank`)."""
+
+from kbert.cli import retrieval
+from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
+
+# The parser imports nothing heavy: `kbert --help`, every subcommand's `--help` and argument
+# errors answer without TensorFlow or Keras (seconds and ~1 GB). Each `run_*` imports what it
+# calls. The task names are therefore spelled out here; a test checks them against the registry
+# (`kbert.finetune.tasks.TASKS`).
+TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad",
+              "squad2", "conll2003", "swag", "classify", "regress", "tag", "qa")
+
+
+def add_columns(p):
+    """The own-data tasks' column options (classify, regress, tag)."""
+    p.add_argument("--text-column", help="classify/regress: the text column (default text); "
+                                         "tag JSONL: the tokens key (default tokens)")
+    p.add_argument("--text-pair-column", help="classify/regress: the second text's column")
+    p.add_argument("--label-column", help="classify/regress: the label column (default label); "
+                                          "tag JSONL: the tags key (default tags)")
+
+
+def task_options(args):
+    return {"text_column": args.text_column, "text_pair_column": args.text_pair_column,
+            "label_column": args.label_column}
+
+
+def add_finetune(sub):
+    p = sub.add_parser("finetune", help="fine-tune a checkpoint on a GLUE, SQuAD, CoNLL-2003 or "
+                                        "SWAG task, or on your own CSV/TSV/JSONL, CoNLL or SQuAD "
+                                        "file (classify, regress, tag, qa), keeping the best dev "
+                                        "epoch")
+    p.add_argument("task", metavar="TASK", choices=TASK_NAMES, help=" ".join(TASK_NAMES))
+    p.add_argument("--init", required=True, help="the checkpoint to start from")
+    p.add_argument("--train", required=True, help="the training file")
+    p.add_argument("--dev", required=True, help="the dev file scored after each epoch")
+    p.add_argument("--output", required=True, help="the checkpoint directory to write")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--learning-rate", type=float, default=3e-5, help="peak learning rate")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--warmup", type=float, default=0.1, help="fraction of updates warming up")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tune-null-threshold", action="store_true",
+                   help="squad2: store the null-score threshold with the best dev F1")
+    p.add_argument("--max-train-examples", type=int, help="train on the first N examples only")
+    p.add_argument("--no-bucketing", dest="bucketing", action="store_false",
+                   help="shuffle freely instead of grouping similar lengths into a batch "
+                        "(each batch is still padded to its longest row)")
+    p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
+                   help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
+                        "PyTorch (auto: XLA on a TensorFlow GPU and on JAX; PyTorch eager)")
+    p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
+    add_columns(p)
+    p.set_defaults(func=run_finetune)
+
+
+def run_finetune(args):
+    import json
+
+    from kbert import finetune
+    result = finetune.finetune(
+        args.task, args.init, args.train, args.dev, args.output, epochs=args.epochs,
+        learning_rate=args.learning_rate, batch_size=args.batch_size, warmup=args.warmup,
+        max_seq_length=args.max_seq_length, seed=args.seed, weight_decay=args.weight_decay,
+        tune_null_threshold=args.tune_null_threshold,
+        jit_compile={"auto": "auto", "on": True, "off": False}[args.jit_compile],
+        save_dtype=args.save_dtype, max_train_examples=args.max_train_examples,
+        bucketing=args.bucketing, task_options=task_options(args))
+    print(f"wrote {result.output}: best epoch {result.best_epoch} of {args.epochs} "
+          f"({result.train_examples} training examples, {result.wall_seconds:.0f}s)")
+    print(json.dumps(result.best_scores))
+
+
+def add_evaluate(sub):
+    p = sub.add_parser("evaluate", help="score a fine-tuned checkpoint on a task's file (prints "
+                                        "one JSON object)")
+    p.add_argument("task", metavar="TASK", choices=TASK_NAMES + retrieval.RETRIEVAL_TASKS,
+                   help=" ".join(TASK_NAMES + retrieval.RETRIEVAL_TASKS))
+    p.add_argument("--model", required=True, help="the fine-tuned checkpoint")
+    p.add_argument("--data", required=True, help="the file to score")
+    retrieval.add_retrieval_evaluate(p)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
+                   help="the encoder's precision (default float32; auto: bfloat16 where the "
+                        "CPU has AMX or AVX-512 BF16; int8 on --runtime openvino|onnx); the "
+                        "heads stay float32")
+    p.add_argument("--runtime", choices=RUNTIME_NAMES,
+                   help="score what kbert.load(..., runtime=) serves: keras (default), or the "
+                        "exported openvino / onnx graphs")
+    add_columns(p)
+    p.set_defaults(func=run_evaluate)
+
+
+def run_evaluate(args):
+    if args.task in retrieval.RETRIEVAL_TASKS:
+        return retrieval.run_retrieval_evaluate(args)
+    import json
+
+    from kbert import finetune
+    scores = finetune.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
+                               max_seq_length=args.max_seq_length,
+                               task_options=task_options(args), dtype=args.dtype,
+                               runtime=args.runtime)
+    print(json.dumps(scores))

@@ -1,0 +1,75 @@
+"""`kbert pretrain`: `kbert.training.pretrain`."""
+
+from kbert.cli.common import check_output_dir
+
+
+def add_pretrain(sub):
+    p = sub.add_parser("pretrain", help="masked LM + next sentence pretraining with model.fit")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", nargs="+", metavar="DIR",
+                        help="TFRecord shard directory (two for the 128-then-512 two-phase "
+                             "schedule)")
+    source.add_argument("--text", nargs="+", metavar="FILE",
+                        help="text files, read, packed and masked anew each epoch in tf.data "
+                             "(no shards)")
+    p.add_argument("--text-mode", default="nsp", choices=("nsp", "full_sentences"),
+                   help="--text: BERT's sentence pairs with NSP, or RoBERTa's FULL-SENTENCES "
+                        "packing without NSP")
+    p.add_argument("--data-service", metavar="ADDRESS",
+                   help="--text: a tf.data service dispatcher (grpc://host:port) whose workers "
+                        "prepare the batches (kbert data-service)")
+    p.add_argument("--config", help="tiny, mini, small, medium, base, large or a config.json "
+                                    "(default: base, or the --init checkpoint's)")
+    p.add_argument("--init", help="checkpoint to continue from (missing MLM/NSP heads are new)")
+    p.add_argument("--vocab", help="vocab.txt for a model trained from scratch")
+    p.add_argument("--output", required=True, help="the checkpoint directory to write")
+    p.add_argument("--batch-size", type=int, default=32, help="global batch per update")
+    p.add_argument("--steps", type=int, default=1000, help="optimizer updates")
+    p.add_argument("--phase-steps", type=int, nargs="+", help="updates per --data phase")
+    p.add_argument("--warmup-steps", type=int, help="default: 1%% of --steps")
+    p.add_argument("--learning-rate", type=float, default=1e-4, help="peak learning rate")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--max-seq-length", type=int,
+                   help="check the shards have this length (--text: the length, default 128)")
+    p.add_argument("--max-predictions-per-seq", type=int,
+                   help="check the shards have this P (--text: P, default 20)")
+    p.add_argument("--optimizer", default="adamw", choices=("adamw", "lamb"))
+    p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"))
+    p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
+                   help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
+                        "PyTorch (auto: on a GPU, and always on JAX)")
+    p.add_argument("--checkpoint-every", type=int, default=1000, help="updates between backups")
+    p.add_argument("--accumulate", type=int, default=1, help="gradient accumulation steps")
+    p.add_argument("--dynamic-masking", action="store_true", help="new masks for every batch")
+    p.add_argument("--objective", default="mlm_nsp", choices=("mlm_nsp", "mlm", "ltr"),
+                   help="mlm_nsp (the paper's), mlm (no NSP) or ltr (left-to-right LM on a "
+                        "causal encoder): the section 5.1 ablations")
+    p.add_argument("--strategy", default="auto",
+                   choices=("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel"))
+    p.add_argument("--tpu", help="TPU name or address for the cluster resolver")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shuffle-buffer", type=int, default=10000,
+                   help="examples shuffled together (records of the shards, or --text rows)")
+    p.add_argument("--log-dir", help="TensorBoard log directory")
+    p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
+    p.set_defaults(func=run_pretrain)
+
+
+def run_pretrain(args):
+    from kbert import training
+    check_output_dir(args.output)
+    jit = {"auto": "auto", "on": True, "off": False}[args.jit_compile]
+    result = training.pretrain(
+        args.data, args.output, text=args.text, text_mode=args.text_mode,
+        data_service=args.data_service, config=args.config, init=args.init, vocab=args.vocab,
+        batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
+        learning_rate=args.learning_rate, max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq, optimizer=args.optimizer,
+        weight_decay=args.weight_decay, mixed_precision=args.mixed_precision, jit_compile=jit,
+        checkpoint_every=args.checkpoint_every, accumulate=args.accumulate,
+        dynamic_masking=args.dynamic_masking, phase_steps=args.phase_steps, seed=args.seed,
+        strategy=args.strategy, tpu=args.tpu, log_dir=args.log_dir, save_dtype=args.save_dtype,
+        shuffle_buffer=args.shuffle_buffer, verbose=2, objective=args.objective)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    print(f"wrote {result.output}: {result.steps} steps in {result.wall_seconds:.0f}s")

@@ -1,0 +1,116 @@
+"""`kbert index build|add|search` and `kbert evaluate retrieve|rerank`: `kbert.retrieval`."""
+
+from kbert.cli.common import check_output_dir, positive_int
+
+RETRIEVAL_TASKS = ("retrieve", "rerank")     # `kbert evaluate` only (kbert.retrieval.metrics)
+
+
+def add_index(sub):
+    p = sub.add_parser("index", help="build a search index of passages with a sentence encoder, "
+                                     "add to it, or search it")
+    which = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    b = which.add_parser("build", help="embed text, JSONL or CSV files into an index directory")
+    b.add_argument("files", nargs="+", metavar="FILE",
+                   help="plain text (one text a file), .jsonl or .csv/.tsv (--text-column)")
+    b.add_argument("--model", required=True, help="the sentence encoder (e.g. minilm-l6-v2)")
+    b.add_argument("--output", required=True, help="the index directory to write")
+    b.add_argument("--hybrid", action="store_true",
+                   help="search fuses BM25 with the dense scores by default")
+    b.add_argument("--approximate", action="store_true",
+                   help="an approximate HNSW index (faiss) for collections beyond ~100k passages")
+    a = which.add_parser("add", help="add files to an existing index (same encoder)")
+    a.add_argument("index", metavar="DIR", help="the index directory")
+    a.add_argument("files", nargs="+", metavar="FILE", help="as for build")
+    for q in (b, a):
+        q.add_argument("--text-column", help="JSONL key or CSV column of the text (default text)")
+        q.add_argument("--batch-size", type=positive_int, default=16)
+    s = which.add_parser("search", help="the best passages for a query")
+    s.add_argument("index", metavar="DIR", help="the index directory")
+    s.add_argument("query", nargs="+", help="one or more queries")
+    s.add_argument("--top-k", type=positive_int, default=10)
+    s.add_argument("--model", help="the encoder (default: the one the index was built with)")
+    s.add_argument("--hybrid", choices=("on", "off"),
+                   help="fuse BM25 with the dense scores (default: the index's option)")
+    s.add_argument("--json", action="store_true", help="print the hits as one JSON list")
+    p.set_defaults(func=run_index)
+
+
+def add_retrieval_evaluate(p):
+    """`kbert evaluate retrieve|rerank`'s options."""
+    p.add_argument("--hybrid", action="store_true", help="retrieve: BM25 + dense, fused")
+    p.add_argument("--candidates", type=positive_int, default=20,
+                   help="rerank: BM25's top N per query, reordered (default 20)")
+    p.add_argument("--max-queries", type=positive_int, help="rerank: the first N queries only")
+
+
+def load_model(args, name):
+    import kbert
+    dtype = getattr(args, "dtype", None)          # where `kbert evaluate` takes --dtype
+    return kbert.load(name, **({"dtype": dtype} if dtype not in (None, "float32") else {}))
+
+
+def run_index(args):
+    import warnings
+
+    from kbert.retrieval import Index
+    from kbert.retrieval.passages import read_texts
+    if args.action == "search":
+        index = Index.load(args.index)
+        model = load_model(args, args.model) if args.model else index.load_encoder()
+        hybrid = None if args.hybrid is None else args.hybrid == "on"
+        hits = index.search(args.query, model, top_k=args.top_k, hybrid=hybrid)
+        print_hits(args.query, hits, args.json)
+        return
+    if args.action == "build":
+        check_output_dir(args.output)
+    texts, meta = read_texts(args.files, args.text_column)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)    # the index's notes, printed below
+        if args.action == "build":
+            model = load_model(args, args.model)
+            index = Index.build(model, texts, metadata=meta, batch_size=args.batch_size,
+                                approximate=args.approximate, hybrid=args.hybrid)
+            path = index.save(args.output)
+        else:
+            index = Index.load(args.index)
+            model = index.load_encoder()
+            before = len(index)
+            index.add(model, texts, metadata=meta, batch_size=args.batch_size)
+            path = index.save(args.index)
+            print(f"added {len(index) - before} passages from {len(texts)} texts")
+    for note in index.notes:
+        print(f"kbert index: note: {note}")
+    kind = "approximate (HNSW)" if index.approximate else "exact"
+    print(f"wrote {path}: {len(index)} passages from {index.sources} texts, encoder "
+          f"{index.encoder['name']}, {kind}{', hybrid' if index.hybrid else ''}")
+
+
+def print_hits(queries, hits, as_json):
+    import json
+    if as_json:
+        print(json.dumps(hits if len(queries) > 1 else hits[0], ensure_ascii=False))
+        return
+    for query, row in zip(queries, hits):
+        if len(queries) > 1:
+            print(f"# {query}")
+        for rank, hit in enumerate(row, 1):
+            where = hit.get("file", f"text {hit['source']}") + (
+                f":{hit['line']}" if "line" in hit else "")
+            text = " ".join(hit["text"].split())
+            print(f"{rank:3d}  {hit['score']:.4f}  {where}  "
+                  f"{text[:120] + '...' if len(text) > 120 else text}")
+
+
+def run_retrieval_evaluate(args):
+    import json
+
+    from kbert.retrieval import metrics
+    model = load_model(args, args.model)
+    if args.task == "retrieve":      # evaluate's --batch-size defaults to 64: 16 suits indexing
+        scores = metrics.evaluate_retrieve(model, args.data, hybrid=args.hybrid,
+                                           batch_size=min(args.batch_size, 16))
+    else:
+        scores = metrics.evaluate_rerank(model, args.data, candidates=args.candidates,
+                                         batch_size=args.batch_size,
+                                         max_queries=args.max_queries)
+    print(json.dumps(scores))

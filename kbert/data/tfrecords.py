@@ -1,0 +1,117 @@
+"""The shards' records: `tf.train.Example`s encoded in bulk in NumPy (`serialize_examples`, the
+bytes TensorFlow writes), the shard names, and the output directory they go to. The reader is
+`kbert.data.inputs` (tf.data)."""
+
+import os
+
+import numpy as np
+
+from kbert.data.instances import FEATURES
+
+
+def _varints(values):
+    """Non-negative ints [N, L] → the protobuf varint bytes of each row, concatenated, and the
+    end offset of each row in them."""
+    values = np.asarray(values, np.int64)
+    width = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)
+    # Byte i of a value is there when the value has more than 7 * i bits (byte 0 always).
+    used = [np.ones(values.shape, bool)] + [values >= 1 << 7 * i for i in range(1, width + 1)]
+    data = np.stack([(values >> 7 * i) & 0x7F | used[i + 1] * 0x80 for i in range(width)], -1)
+    keep = np.stack(used[:width], -1)
+    return data[keep].astype(np.uint8).tobytes(), np.cumsum(keep.sum(axis=(1, 2)))
+
+
+def _varint(n):
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _tag(field, length):
+    """The tag and length of a length-delimited protobuf field."""
+    return bytes([field << 3 | 2]) + _varint(length)
+
+
+class _Column:
+    """One feature of every row: its packed values and, per payload length, the bytes that come
+    before them in the `Features` map entry (key, `Feature`, `Int64List`/`FloatList` headers)."""
+
+    def __init__(self, name, values):
+        if name == "masked_lm_weights":                      # FloatList: little-endian float32
+            self.kind, self.data = 2, np.ascontiguousarray(values, "<f4").tobytes()
+            self.ends = (np.arange(1, len(values) + 1) * values.shape[1] * 4).tolist()
+        else:                                                # Int64List: packed varints
+            self.kind, (self.data, ends) = 3, _varints(values)
+            self.ends = ends.tolist()
+        self.key = _tag(1, len(name)) + name.encode()
+        self.headers = {}
+
+    def entry(self, r):
+        start, end = (self.ends[r - 1] if r else 0), self.ends[r]
+        header = self.headers.get(end - start)
+        if header is None:
+            values = _tag(1, end - start)                    # the packed list
+            feature = _tag(self.kind, len(values) + end - start) + values
+            entry = self.key + _tag(2, len(feature) + end - start) + feature
+            header = self.headers[end - start] = _tag(1, len(entry) + end - start) + entry
+        return header + self.data[start:end]
+
+
+def serialize_examples(features):
+    """Feature arrays (rows of `FEATURES`) → serialized `tf.train.Example`s, one a row, the
+    bytes `SerializeToString(deterministic=True)` gives (map entries in key order).
+
+    >>> f = {k: np.zeros((1, 2), np.int64) for k in FEATURES}
+    >>> f["input_ids"][0] = [101, 30000]
+    >>> len(serialize_examples(f)[0])
+    194
+    """
+    columns = [_Column(name, features[name]) for name in sorted(FEATURES)]
+    records = []
+    for r in range(len(features["input_ids"])):
+        entries = b"".join([column.entry(r) for column in columns])
+        records.append(_tag(1, len(entries)) + entries)
+    return records
+
+
+def remove_file(path: str) -> None:
+    """Removes `path` if it exists."""
+    if os.path.exists(path):
+        os.remove(path)
+
+
+SHARD_NAME = "shard-{:05d}.tfrecord"
+
+
+def is_shard(name):
+    """A shard this module writes, or a temporary one an interrupted run left behind."""
+    return name.startswith("shard-") and (name.endswith(".tfrecord") or ".tfrecord.tmp" in name)
+
+
+def prepare_output(output_dir, overwrite=False):
+    """Creates `output_dir`, or checks it is empty; `overwrite` removes the shards an earlier
+    run left there (and nothing else). Returns the names removed.
+
+    The reader takes every `*.tfrecord` of a directory, so old shards would silently join the
+    new data: a non-empty directory is refused unless `overwrite` is asked for.
+    """
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"{output_dir} exists and is not a directory")
+    existing = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    if existing and not overwrite:
+        shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more"
+                                           if len(existing) > 3 else "")
+        raise FileExistsError(f"{output_dir} is not empty ({shown}); pass --overwrite "
+                              "(overwrite=True) to replace its shards, or choose a new directory")
+    old = [name for name in existing if is_shard(name)]
+    foreign = [name for name in existing if name not in old and name.endswith(".tfrecord")]
+    if foreign:
+        raise FileExistsError(f"{output_dir} holds other TFRecord files ({foreign[0]}) that "
+                              "the reader would mix with the new shards; remove them first")
+    for name in old:
+        os.remove(os.path.join(output_dir, name))
+    os.makedirs(output_dir, exist_ok=True)
+    return old

@@ -1,0 +1,65 @@
+"""Vectors from the encoder: sentence embeddings (`embed`) and chosen hidden layers per token
+(`hidden_states`, the paper's feature-based approach)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kbert.checkpoint_format import Contents
+from kbert.inference.arguments import Texts, positive_int, texts
+from kbert.inference.runner import TextRunner
+
+
+def embedding_defaults(runner: TextRunner, ckpt: Contents) -> dict:
+    """{"pooling", "max_seq_length"} `embed` uses when not told: a sentence encoder's recorded
+    ones (config.json's `sentence_embedding`), else `[CLS]` and the model's longest input."""
+    recorded = ckpt.embedding
+    return {"pooling": recorded.get("pooling", "cls"),
+            "max_seq_length": min(int(recorded.get("max_seq_length", runner.max_seq_length)),
+                                  runner.max_seq_length)}
+
+
+def embed(runner: TextRunner, ckpt: Contents, text: Texts, pooling: str | None = None,
+          batch_size: int = 32, max_seq_length: int | None = None) -> np.ndarray:
+    """Sentence vectors [n, hidden_size] (see `kbert.pipeline.Bert.embed`)."""
+    defaults = embedding_defaults(runner, ckpt)
+    pooling = pooling or defaults["pooling"]
+    if pooling not in ("cls", "mean"):
+        raise ValueError(f"embed: pooling must be 'cls' or 'mean', got {pooling!r}")
+    items, _ = texts("embed", text, allow_empty=True)
+    batch_size = positive_int("embed", "batch_size", batch_size)
+    length = min(positive_int("embed", "max_seq_length",
+                              max_seq_length or defaults["max_seq_length"], 2),
+                 runner.max_seq_length)
+    ids = runner.tokenizer.encode_batch(items)
+    out = np.zeros((len(items), runner.hidden_size), np.float32)
+    for idx, _, vectors in runner.batched("embed_" + pooling, ids, [None] * len(ids),
+                                          batch_size, max_seq_length=length):
+        out[idx] = vectors
+    return out
+
+
+def hidden_states(runner: TextRunner, ckpt: Contents, text: Texts,
+                  layers: int | Sequence[int] = (-1,),
+                  batch_size: int = 32) -> dict | list[dict]:
+    """Chosen hidden layers per WordPiece token (see `kbert.pipeline.Bert.hidden_states`)."""
+    items, single = texts("hidden_states", text, allow_empty=True)
+    batch_size = positive_int("hidden_states", "batch_size", batch_size)
+    count = ckpt.config.num_layers + 1
+    chosen = [layers] if isinstance(layers, int) else list(layers)
+    if not chosen or not all(isinstance(i, int) and -count <= i < count for i in chosen):
+        raise ValueError(f"hidden_states: layers must be integers from {-count} to "
+                         f"{count - 1} (0 the embeddings, {count - 1} the last layer), "
+                         f"got {chosen!r}")
+    ids = runner.tokenizer.encode_batch(items)
+    vocab = runner.tokenizer.vocab
+    results: list = [None] * len(items)
+    kind = ("hidden", tuple(i % count for i in chosen))
+    for idx, features, states in runner.batched(kind, ids, [None] * len(ids), batch_size):
+        for r, i in enumerate(idx):
+            n = int(features["input_mask"][r].sum())
+            results[i] = {"tokens": [vocab[j] for j in features["input_ids"][r, :n]],
+                          "features": states[r, :n]}
+    return results[0] if single else results

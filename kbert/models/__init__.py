@@ -1,0 +1,23 @@
+"""BertBackbone and the task models built on it (pretraining, classifier, tagger, QA, choice).
+
+    base.py                TaskModel: a backbone plus heads; `sparse_ce`
+    pretraining.py         BertPretrainer (masked LM + NSP), BertLeftToRightLM
+    finetuned.py           FineTunedModel: raw-text fit/evaluate/predict through a preprocessor,
+                           `compile()` with the paper's recipe, `from_checkpoint`/`save_checkpoint`
+    classification.py      BertClassifier (sequence), BertTokenClassifier (tokens)
+    question_answering.py  BertQuestionAnswerer (SQuAD spans)
+    multiple_choice.py     BertMultipleChoice (SWAG)
+
+The encoder itself is `kbert.backbone.BertBackbone` (re-exported here). Inputs follow the
+original BERT feature names: `input_ids`, `segment_ids`, `input_mask` (1 = real token,
+0 = padding), and for pretraining `masked_lm_positions`.
+"""
+
+from kbert.backbone import BertBackbone
+from kbert.models.classification import BertClassifier, BertTokenClassifier
+from kbert.models.multiple_choice import BertMultipleChoice
+from kbert.models.pretraining import BertLeftToRightLM, BertPretrainer
+from kbert.models.question_answering import BertQuestionAnswerer
+
+__all__ = ["BertBackbone", "BertClassifier", "BertLeftToRightLM", "BertMultipleChoice",
+           "BertPretrainer", "BertQuestionAnswerer", "BertTokenClassifier"]

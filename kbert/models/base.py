@@ -1,0 +1,47 @@
+"""The base of every task model: a backbone plus heads, with the encoder config in `get_config`."""
+
+import warnings
+from typing import Any
+
+import keras
+
+from kbert.backbone import BertBackbone
+from kbert.config import BertConfig
+
+
+class TaskModel(keras.Model):
+    """A backbone plus heads; `get_config` stores the encoder config and the head options."""
+
+    def __init__(self, backbone: "BertBackbone | BertConfig | dict | str", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(backbone, BertBackbone):
+            backbone = BertBackbone(backbone, dtype=kwargs.get("dtype"))
+        self.backbone = backbone
+
+    @property
+    def config(self) -> BertConfig:
+        return self.backbone.config
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "backbone": self.backbone.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "TaskModel":
+        config = dict(config)
+        return cls(BertBackbone(config.pop("backbone")), **config)
+
+    def _head_kwargs(self) -> dict:
+        c = self.config
+        return dict(initializer_range=c.initializer_range, dtype=self.dtype_policy)
+
+    def fit(self, *args: Any, **kwargs: Any) -> keras.callbacks.History:
+        """`keras.Model.fit`, quiet about the pooler: heads that never read the pooled output
+        (MLM without NSP, left-to-right LM, spans, tags) leave it without gradients."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
+            return super().fit(*args, **kwargs)
+
+
+def sparse_ce(**kwargs: Any) -> keras.losses.Loss:
+    """Sparse categorical cross-entropy on logits (every task's classification loss)."""
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, **kwargs)
