@@ -231,11 +231,8 @@ class Bert:
     def embedding_defaults(self) -> dict:
         """{"pooling", "max_seq_length"} `embed` uses when not told: a sentence encoder's
         recorded ones (config.json's `sentence_embedding`), else `[CLS]` and the model's
-        longest input."""
-        recorded = self.checkpoint.embedding
-        return {"pooling": recorded.get("pooling", "cls"),
-                "max_seq_length": min(int(recorded.get("max_seq_length", self.max_seq_length)),
-                                      self.max_seq_length)}
+        longest input (`Checkpoint.embedding_defaults`)."""
+        return self.checkpoint.embedding_defaults
 
     def embed(self, texts: Texts, pooling: str | None = None, batch_size: int = 32,
               max_seq_length: int | None = None) -> np.ndarray:
