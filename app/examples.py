@@ -55,6 +55,35 @@ ENTITIES = [
     ["Apple opened a new office in London, said Tim Cook."],
 ]
 
+EIFFEL_DOCUMENT = """\
+The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It \
+is named after the engineer Gustave Eiffel, whose company designed and built the tower from \
+1887 to 1889 as the entrance arch of the 1889 World's Fair.
+
+The tower is 330 metres tall, about the height of an 81-storey building. It was the tallest \
+man-made structure in the world until the Chrysler Building in New York was finished in 1930. \
+Its square base measures 125 metres on each side.
+
+Visitors can reach three levels. The first and second levels hold restaurants, and the upper \
+platform of the top level, 276 metres above the ground, is the highest observation deck open \
+to the public in the European Union. Climbing from the ground to the first level takes more \
+than 300 steps.
+
+The tower is repainted every seven years to protect it from rust, with about 60 tonnes of \
+paint each time. It is painted in three shades of brown, darker at the bottom and lighter at \
+the top, so that it looks evenly coloured against the sky.
+
+About six million people visit the tower each year, which makes it one of the most visited \
+monuments that charge for entry in the world.
+"""
+
+SEARCH = [
+    ["How often is the tower painted?", EIFFEL_DOCUMENT],
+    ["How tall is the tower?", EIFFEL_DOCUMENT],
+    ["Which building overtook it as the tallest?", EIFFEL_DOCUMENT],
+    ["How many people visit it?", EIFFEL_DOCUMENT],
+]
+
 ATTENTION = [
     ["The cat sat on the mat because it was tired.", ""],
     ["The man went to the store.", "He bought a gallon of milk."],
@@ -81,6 +110,14 @@ NOTES = {
                 "word at its first WordPiece with an IOB tag (`B-PER`, `I-PER`, `O`, ...); "
                 "consecutive tags of one type form an entity. Train one with `kbert finetune "
                 "tag` on CoNLL or JSONL files.",
+    "search": "**Ask a document: retrieve, then read.** The document (pasted, or text files "
+              "uploaded) is split into passages of about 128 WordPieces (paragraphs packed "
+              "together, long ones cut into overlapping windows), each embedded by a sentence "
+              "encoder (all-MiniLM-L6-v2: mean-pooled, unit vectors); the question is embedded "
+              "the same way and the passages ranked by cosine similarity, fused with BM25 word "
+              "matching when *hybrid* is on. A SQuAD model then reads the top three passages "
+              "and marks the best answer span. The index is kept per document: the next "
+              "question only searches and reads.",
     "attention": "**Self-attention.** Every layer lets each WordPiece token attend to all the "
                  "others; each row of the heatmap is one token's attention distribution for "
                  "the chosen layer and head (it sums to 1). Many heads attend to `[SEP]`, to "

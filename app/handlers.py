@@ -1,4 +1,9 @@
-"""Event handlers: `app.inference` results turned into component values, errors into messages."""
+"""Event handlers: `app.inference` results turned into component values, errors into messages.
+
+Each handler's `model` defaults to None, which the API page shows as optional: a `gradio_client`
+call that leaves it out runs on the first checkpoint with the endpoint's head
+(`Registry.resolve`), as the page does when a tab is opened.
+"""
 
 import functools
 import logging
@@ -7,11 +12,12 @@ import random
 import gradio as gr
 
 from app import examples, inference, plots
+from app import search as search_lib
 from app.registry import InputError
 
 log = logging.getLogger("app")
 TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span", "classify": "classifier",
-            "entities": "tagger"}
+            "entities": "tagger", "search": "embedding"}
 
 
 def _guard(fn, n_outputs):
@@ -46,7 +52,7 @@ def head_status(registry, name, tab):
 
 # --- callbacks -----------------------------------------------------------------------------------
 def fill_mask(registry):
-    def fill(model, text, top_k):
+    def fill(model=None, text="", top_k=5):
         out = inference.fill_mask(registry, model, text, top_k)
         for note in out["notes"]:
             gr.Warning(note)
@@ -55,7 +61,7 @@ def fill_mask(registry):
 
 
 def next_sentence(registry):
-    def nsp(model, sentence_a, sentence_b):
+    def nsp(model=None, sentence_a="", sentence_b=""):
         out = inference.next_sentence(registry, model, sentence_a, sentence_b)
         for note in out["notes"]:
             gr.Warning(note)
@@ -65,7 +71,7 @@ def next_sentence(registry):
 
 
 def answer(registry):
-    def qa(model, question, context, top_k):
+    def qa(model=None, question="", context="", top_k=5):
         out = inference.answer(registry, model, question, context, top_k)
         best = out["answers"][0] if out["answers"] else {"text": "", "score": 0.0}
         if best["text"]:
@@ -85,7 +91,7 @@ def answer(registry):
 
 
 def classify(registry):
-    def run(model, text, text_pair):
+    def run(model=None, text="", text_pair=""):
         out = inference.classify(registry, model, text, text_pair)
         scores = out["scores"]
         if out["regression"]:
@@ -95,7 +101,7 @@ def classify(registry):
 
 
 def entities(registry):
-    def run(model, text):
+    def run(model=None, text=""):
         out = inference.entities(registry, model, text)
         spans, last = [], 0
         for e in out["entities"]:
@@ -108,6 +114,33 @@ def entities(registry):
     return _guard(run, 3)
 
 
+def search(registry):
+    def ask(model=None, question="", document="", files=None, top_k=5, hybrid=True,
+            reader=None):
+        out = search_lib.ask(registry, model, reader, document, files, question, top_k, hybrid)
+        for note in out["notes"]:
+            gr.Warning(note)
+        best = out["answer"]
+        text = best["text"] if best else ("(no answer found)" if out["read_seconds"]
+                                          else "(passages only: no reader)")
+        return (text, best["score"] if best else None,
+                plots.search_html(out["hits"], out["index"]["hybrid"]), out["hits"],
+                _search_info(out), _notes(out["notes"]))
+    return _guard(ask, 6)
+
+
+def _search_info(out):
+    index = out["index"]
+    documents = f"{index['documents']} document{'s' * (index['documents'] != 1)}"
+    built = ("reused (indexed before)" if index["cached"]
+             else f"indexed in {index['seconds']:.1f} s")
+    read = (f", read the top passages in {out['read_seconds'] * 1000:.0f} ms"
+            if out["read_seconds"] else "")
+    return (f"**{index['passages']} passages** from {documents}, {built} by "
+            f"{index['encoder']}; searched in {out['search_seconds'] * 1000:.0f} ms"
+            f"{' (hybrid: BM25 + dense)' if index['hybrid'] else ''}{read}.")
+
+
 def default_model(registry, tab):
     """The picker's value when `tab` is opened: the current model if it has the tab's head."""
     def pick(current):
@@ -116,7 +149,7 @@ def default_model(registry, tab):
 
 
 def attention(registry):
-    def attend(model, text, text_b, layer, head):
+    def attend(model=None, text="", text_b="", layer="1", head="mean"):
         out = inference.attention(registry, model, text, text_b, layer, head)
         fig = plots.attention_heatmap(out["tokens"], out["matrix"], out["layer"], out["head"])
         rows = [[i, t, d] for i, (t, d) in enumerate(zip(out["tokens"], out["ids"]))]

@@ -1,6 +1,7 @@
 """What each tab computes, on kbert's public API, with plain data in and out (no Gradio here).
 
-Every function takes the `Registry` and a model name first, raises `InputError` with a message a
+Every function takes the `Registry` and a model name first (None: the first checkpoint with the
+head it needs), raises `InputError` with a message a
 user can act on, and returns a dict whose "notes" list says what was cut or changed.
 """
 
@@ -173,6 +174,7 @@ def next_sentence(registry, name, sentence_a, sentence_b):
 
 # --- question answering ------------------------------------------------------------------------
 def answer(registry, name, question, context, top_k=5):
+    name = registry.resolve(name, "span")
     model = registry.require(name, "span")
     question = _text(question, "The question")
     _text(context, "The context", MAX_CONTEXT_CHARS)   # offsets stay those of the context as given
@@ -220,6 +222,7 @@ def _attentions(model, key, text, text_b):
 def attention(registry, name, text, text_b="", layer=1, head="mean"):
     """{"tokens", "ids", "matrix" [T, T], "layer", "head", "notes"}; layer is 1-based, head is
     1-based or "mean" (averaged over heads)."""
+    name = registry.resolve(name)
     model = registry.require(name, None)
     text = _text(text, "The text")
     text_b = (text_b or "").strip()

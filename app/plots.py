@@ -1,4 +1,4 @@
-"""Charts for the playground.
+"""Charts and rendered results for the playground.
 
 The fill-mask bars are HTML (a few microseconds to write, drawn by the browser: a PNG drawn on
 the server cost as much CPU as the model's share of a request under load, see
@@ -9,6 +9,7 @@ global state, so concurrent requests cannot draw into each other's figures).
 import html
 
 BAR_COLOR = "#f97316"
+MARK_COLOR = "#fdba74"
 
 
 def _label(token):
@@ -41,6 +42,43 @@ def fill_mask_html(masks):
             f'<span>{r["score"]:.1%}</span></div>' for r in ranked)
         blocks.append(f'<div style="margin:6px 0 10px"><b>[MASK] #{i + 1}</b>{rows}</div>')
     return f'<div class="fill-bars" style="font-size:14px">{"".join(blocks)}</div>'
+
+
+def _marked(text, span):
+    if not span:
+        return html.escape(text)
+    s, e = span["start"], span["end"]
+    return (html.escape(text[:s]) + f'<mark class="answer" style="background:{MARK_COLOR};'
+            f'padding:0 2px;border-radius:2px" title="answer score {span["score"]:.4f}">'
+            f'{html.escape(text[s:e])}</mark>' + html.escape(text[e:]))
+
+
+def search_html(hits, hybrid=False):
+    """HTML: the passages found, best first, each with its rank, score, document and place in
+    it, and the reader's answer span marked.
+
+    >>> hits = [{"rank": 1, "score": 0.71, "document": "a<b>.txt", "start": 0, "end": 9,
+    ...          "text": "Paris <3.", "answer": {"text": "Paris", "score": 0.9, "start": 0,
+    ...                                           "end": 5}}]
+    >>> page = search_html(hits)
+    >>> '<mark class="answer"' in page and ">Paris</mark> &lt;3." in page and "a&lt;b&gt;" in page
+    True
+    """
+    if not hits:
+        return '<div class="search-results">No passage found.</div>'
+    kind = "fused BM25 + dense score" if hybrid else "cosine similarity"
+    blocks = []
+    for hit in hits:
+        answer = hit.get("answer")
+        found = f' · answer score {answer["score"]:.4f}' if answer else ""
+        blocks.append(
+            '<div class="search-hit" style="margin:8px 0 12px;padding:8px 10px;'
+            'border-left:3px solid #d1d5db">'
+            f'<div style="font-size:12px;opacity:0.75">#{hit["rank"]} · {kind} '
+            f'{hit["score"]:.4f} · {html.escape(hit["document"])}, characters '
+            f'{hit["start"]:,}–{hit["end"]:,}{found}</div>'
+            f'<div style="white-space:pre-wrap">{_marked(hit["text"], answer)}</div></div>')
+    return f'<div class="search-results" style="font-size:14px">{"".join(blocks)}</div>'
 
 
 def attention_heatmap(tokens, matrix, layer, head):

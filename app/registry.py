@@ -12,7 +12,10 @@ import threading
 # What each tab needs, and how to say it to a user.
 HEAD_NAMES = {"mlm": "masked-LM (fill-mask)", "nsp": "next-sentence",
               "span": "span (question answering)", "classifier": "classifier",
-              "tagger": "tagger (entities)"}
+              "tagger": "tagger (entities)", "embedding": "sentence-embedding (search)"}
+# A sentence encoder (config.json's `sentence_embedding`, e.g. minilm-l6-v2) is listed as having
+# the "embedding" head: the one the Search tab needs.
+EMBEDDING = "embedding"
 
 
 class InputError(ValueError):
@@ -21,7 +24,8 @@ class InputError(ValueError):
 
 def describe(path):
     """{"path", "heads", "num_layers", "num_heads", "max_len", "span"} from a checkpoint's
-    config.json, or None if `path` is not a kbert checkpoint."""
+    config.json, or None if `path` is not a kbert checkpoint. A sentence encoder's heads include
+    "embedding"."""
     try:
         with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
             raw = json.load(f)
@@ -31,7 +35,8 @@ def describe(path):
         return None
     heads = raw.get("heads") or {}
     try:
-        return {"path": os.path.abspath(path), "heads": sorted(heads),
+        encoder = [EMBEDDING] if raw.get("sentence_embedding") else []
+        return {"path": os.path.abspath(path), "heads": sorted([*heads, *encoder]),
                 "num_layers": int(raw.get("num_layers", 1)),
                 "num_heads": int(raw.get("num_heads", 1)),
                 "max_len": int(raw.get("max_position_embeddings", 512)),
@@ -101,6 +106,16 @@ class Registry:
             return having[0]
         return current if current in self.models else (self.names or [None])[0]
 
+    def resolve(self, name, head=None):
+        """The model a call runs on: `name`, or when none is named (an API call that leaves
+        `model` out) the first checkpoint that has `head`."""
+        if name:
+            return name
+        if head is not None and self.models and not self.with_head(head):
+            raise InputError(f"None of the served checkpoints has a {HEAD_NAMES[head]} head; "
+                             f"serve one with --model DIR.")
+        return self.default(head)
+
     def check(self, name, head=None):
         """Raises InputError saying plainly that model `name` is unknown or lacks `head`."""
         info = self.info(name)
@@ -111,7 +126,8 @@ class Registry:
             raise InputError(f"The model '{name}' has no {HEAD_NAMES[head]} head. {hint}")
 
     def require(self, name, head):
-        """The loaded model `name`, after `check`."""
+        """The loaded model `name` (none named: the first with `head`), after `check`."""
+        name = self.resolve(name, head)
         self.check(name, head)
         return self.get(name)
 

@@ -6,6 +6,7 @@ import os
 
 DEFAULT_MODELS_DIR = None  # None: the first directory of kbert.checkpoint.search_path()
 DEFAULT_CONCURRENCY = 16
+MAX_UPLOAD = "10mb"   # refused by Gradio on upload; the Search tab takes text files up to 2 MB
 
 
 def add_arguments(parser):
@@ -71,7 +72,8 @@ def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860,
     for name in registry.names if preload else ():
         registry.get(name)
     demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block,
-                show_error=False, quiet=not block, footer_links=["api"])
+                show_error=False, quiet=not block, footer_links=["api"],
+                max_file_size=MAX_UPLOAD)
     return demo, registry
 
 

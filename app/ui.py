@@ -3,6 +3,7 @@
 import gradio as gr
 
 from app import examples, handlers, inference
+from app import search as search_lib
 
 TITLE = "kbert playground"
 INTRO = ("BERT (Devlin et al., 2018) pre-trains a Transformer encoder on two tasks — masked "
@@ -117,6 +118,42 @@ def _entities_tab(registry, model):
     return status
 
 
+def _search_tab(registry, model):
+    gr.Markdown(examples.NOTES["search"])
+    status = gr.Markdown()
+    question = gr.Textbox(label="Question", elem_id="search-question")
+    with gr.Row():
+        document = gr.Textbox(label="Document (paste text)", lines=8, max_lines=16,
+                              elem_id="search-document", scale=3)
+        files = gr.File(label="... or upload text files", file_count="multiple",
+                        file_types=[".txt", ".md", ".rst", ".text"], type="filepath",
+                        elem_id="search-files", scale=2)
+    gr.Examples(examples.SEARCH, inputs=[question, document])
+    readers = registry.with_head("span")
+    with gr.Row():
+        top_k = gr.Slider(1, search_lib.MAX_TOP_K, value=5, step=1, label="Passages shown")
+        hybrid = gr.Checkbox(value=search_lib.hybrid_available(),
+                             label="Hybrid: BM25 + dense", elem_id="search-hybrid")
+        reader = gr.Dropdown(choices=readers + [search_lib.NO_READER],
+                             value=(readers or [search_lib.NO_READER])[0],
+                             label="Answer with (a SQuAD checkpoint)", elem_id="search-reader")
+    run = gr.Button("Search", variant="primary", elem_id="search-run")
+    message = gr.Markdown(label="notice", elem_id="search-message")
+    with gr.Row():
+        answer = gr.Textbox(label="Best answer", elem_id="search-answer", scale=3)
+        score = gr.Number(label="Answer score", precision=4, scale=1)
+    info = gr.Markdown(elem_id="search-info")
+    results = gr.HTML(elem_id="search-results")
+    with gr.Accordion("Raw results", open=False):
+        raw = gr.JSON(label="Passages")
+    fn = handlers.search(registry)
+    inputs = [model, question, document, files, top_k, hybrid, reader]
+    outputs = [answer, score, results, raw, info, message]
+    run.click(fn, inputs, outputs, api_name="search")
+    question.submit(fn, inputs, outputs, api_visibility="private")
+    return status
+
+
 def _attention_tab(registry, model):
     gr.Markdown(examples.NOTES["attention"])
     status = gr.Markdown()
@@ -149,8 +186,9 @@ def _attention_tab(registry, model):
 
 TABS = (("fill", "Fill mask", _fill_tab), ("nsp", "Next sentence", _nsp_tab),
         ("qa", "Question answering", _qa_tab), ("classify", "Classify", _classify_tab),
-        ("entities", "Entities", _entities_tab), ("attention", "Attention", _attention_tab))
-OPTIONAL_TABS = ("classify", "entities")
+        ("entities", "Entities", _entities_tab), ("search", "Search", _search_tab),
+        ("attention", "Attention", _attention_tab))
+OPTIONAL_TABS = ("classify", "entities", "search")
 
 
 def _runs_on(registry):
@@ -164,8 +202,9 @@ def build_demo(registry):
     """The playground as a `gr.Blocks` (not yet queued or launched)."""
     with gr.Blocks(title=TITLE) as demo:
         gr.Markdown(f"# {TITLE}\n{INTRO}\n\n{_runs_on(registry)}", elem_id="intro")
-        model = gr.Dropdown(choices=registry.names, value=_default(registry, "mlm"),
-                            label="Model", elem_id="model")
+        # No value until the page loads: the API then shows `model` as optional, and a call
+        # that leaves it out runs on a checkpoint with the endpoint's head (handlers.py).
+        model = gr.Dropdown(choices=registry.names, value=None, label="Model", elem_id="model")
         statuses = {}
         with gr.Tabs():
             for tab, title, build in TABS:
@@ -181,5 +220,8 @@ def build_demo(registry):
         def refresh(name):
             return [handlers.head_status(registry, name, tab) for tab in statuses]
         model.change(refresh, model, list(statuses.values()), api_visibility="private")
-        demo.load(refresh, model, list(statuses.values()), api_visibility="private")
+        def start():
+            first = _default(registry, "mlm")
+            return [first] + refresh(first)
+        demo.load(start, None, [model, *statuses.values()], api_visibility="private")
     return demo

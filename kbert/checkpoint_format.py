@@ -63,6 +63,16 @@ class Contents:
             self.sentence_embedding = dict(raw.get("sentence_embedding") or {})
         return self.sentence_embedding
 
+    @property
+    def embedding_defaults(self) -> dict:
+        """{"pooling", "max_seq_length"} a sentence vector is made with when not told: a
+        sentence encoder's recorded ones (`embedding`), else `[CLS]` and the longest input
+        (what `Bert.embed`, `kbert.retrieval` and the SavedModel's `embed` use)."""
+        longest = self.config.max_position_embeddings
+        recorded = self.embedding
+        return {"pooling": recorded.get("pooling", "cls"),
+                "max_seq_length": min(int(recorded.get("max_seq_length", longest)), longest)}
+
     def summary(self) -> str:
         c = self.config
         return (f"{c.num_layers} layers, hidden {c.hidden_size}, {c.num_heads} heads, "

@@ -111,8 +111,8 @@ class Bert:
     def embedding_defaults(self) -> dict:
         """{"pooling", "max_seq_length"} `embed` uses when not told: a sentence encoder's
         recorded ones (config.json's `sentence_embedding`), else `[CLS]` and the model's
-        longest input."""
-        return embeddings.embedding_defaults(self.text_runner, self.checkpoint)
+        longest input (`Checkpoint.embedding_defaults`)."""
+        return self.checkpoint.embedding_defaults
 
     def embed(self, texts: Texts, pooling: str | None = None, batch_size: int = 32,
               max_seq_length: int | None = None) -> np.ndarray:

@@ -13,12 +13,9 @@ from kbert.inference.runner import TextRunner
 
 
 def embedding_defaults(runner: TextRunner, ckpt: Contents) -> dict:
-    """{"pooling", "max_seq_length"} `embed` uses when not told: a sentence encoder's recorded
-    ones (config.json's `sentence_embedding`), else `[CLS]` and the model's longest input."""
-    recorded = ckpt.embedding
-    return {"pooling": recorded.get("pooling", "cls"),
-            "max_seq_length": min(int(recorded.get("max_seq_length", runner.max_seq_length)),
-                                  runner.max_seq_length)}
+    """{"pooling", "max_seq_length"} `embed` uses when not told (`Contents.embedding_defaults`:
+    a sentence encoder's recorded ones, else `[CLS]` and the model's longest input)."""
+    return dict(ckpt.embedding_defaults)
 
 
 def embed(runner: TextRunner, ckpt: Contents, text: Texts, pooling: str | None = None,

@@ -16,7 +16,9 @@ Inputs are [B] string tensors; outputs (each signature only where the checkpoint
                                probabilities [B, L], labels [B, L], label [B] (regression: score)
     tag(text)                  entity_text, entity_label, entity_start, entity_end,
                                entity_score [B, E] (padded with "", -1, 0.0), num_entities [B]
-    embed(text)                cls, mean [B, H]
+    embed(text)                embedding [B, H]: `Bert.embed(text)` with its defaults (a sentence
+                               encoder's pooling, cut at its recorded length) at unit length;
+                               cls, mean [B, H]: both poolings, unnormalized
     <name>_ids(input_ids, segment_ids, input_mask)   int32 [B, T] → the head's logits
     serving_default            the checkpoint's main task (answer, classify, tag, fill_mask,
                                next_sentence or embed, the first present)

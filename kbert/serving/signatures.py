@@ -106,11 +106,19 @@ class Signatures:
         return self._classify(self._pack(self._tokenize(text), self._tokenize(text_pair)))
 
     def embed(self, text):
-        features = self._pack(self._tokenize(text))
-        sequence = self._encode(features)["sequence_output"]                     # [B, T, H]
-        mask = tf.cast(features["input_mask"], sequence.dtype)[:, :, None]
+        """`Bert.embed(text)` with its defaults, in the graph: texts cut at the length the
+        encoder records (`Checkpoint.embedding_defaults`: 256 for all-MiniLM-L6-v2), and its
+        pooling as `embedding`, unit length; both poolings unnormalized as `cls` and `mean`."""
+        defaults = self.ckpt.embedding_defaults
+        features = pack(self.special, self._tokenize(text), None, defaults["max_seq_length"])
+        sequence = tf.cast(self._encode(features)["sequence_output"], tf.float32)  # [B, T, H]
+        mask = tf.cast(features["input_mask"], tf.float32)[:, :, None]             # [B, T, 1]
         mean = tf.reduce_sum(sequence * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1e-9)
-        return {"cls": sequence[:, 0], "mean": mean}
+        pooled = {"cls": sequence[:, 0], "mean": mean}
+        vector = pooled[defaults["pooling"]]
+        # unit rows, as kbert.retrieval.encoder.normalize (a zero row stays zero)
+        norm = tf.maximum(tf.norm(vector, axis=-1, keepdims=True), 1e-12)
+        return {"embedding": vector / norm, **pooled}
 
     def tag(self, text):
         tok = self.tokenizer

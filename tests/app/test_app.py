@@ -1,80 +1,25 @@
 """The playground: its API through gradio_client, and its tabs in a real headless browser.
 
-The app runs in this process on a free loopback port, over the shipped checkpoints in
-saved_models/ that have the heads each tab needs, and tiny random ones for the heads none has.
-Browser screenshots go to test-artifacts/.
+The app (tests/app/conftest.py) runs in this process on a free loopback port, over the shipped
+checkpoints in saved_models/ that have the heads each tab needs, and tiny random ones for the
+heads none has. Browser screenshots go to test-artifacts/.
 """
 
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO, tiny_vocab
+from app.examples import EIFFEL_DOCUMENT
+from helpers import REPO
 
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 EIFFEL = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
           "It was built from 1887 to 1889.")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-CLASSES = ["negative", "neutral", "positive"]
-TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-
-
-def _tiny(path, kind, **head_options):
-    import kbert
-    from kbert import BertConfig, checkpoint
-    max_len = 64 if kind == "mlm" else 128   # short enough to test truncation cheaply
-    config = BertConfig.preset("tiny", vocab_size=120, max_position_embeddings=max_len)
-    model = {"mlm": lambda: kbert.BertPretrainer(config),
-             "span": lambda: kbert.BertQuestionAnswerer(config),
-             "classifier": lambda: kbert.BertClassifier(config, num_labels=len(CLASSES)),
-             "tagger": lambda: kbert.BertTokenClassifier(config, num_labels=len(TAGS))}[kind]()
-    options = {"classifier": {"classifier": {"labels": CLASSES}},
-               "tagger": {"tagger": {"labels": TAGS}}}.get(kind, head_options)
-    checkpoint.save(path, model, vocab=tiny_vocab(size=120), head_options=options)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """(url, {head: model name}, registry) of a running app."""
-    from app import registry as registry_lib
-    from app import server
-    shipped = registry_lib.discover(REPO / "saved_models")
-    tmp = tmp_path_factory.mktemp("app")
-    extra = []
-    if not any({"mlm", "nsp"} <= set(i["heads"]) for i in shipped.values()):
-        extra.append(_tiny(tmp / "tiny-mlm-nsp", "mlm"))
-    if not any("span" in i["heads"] for i in shipped.values()):
-        extra.append(_tiny(tmp / "tiny-squad2", "span", span={"version": "2.0"}))
-    for head in ("classifier", "tagger"):
-        if not any(head in i["heads"] for i in shipped.values()):
-            extra.append(_tiny(tmp / f"tiny-{head}", head))
-    port = _free_port()
-    demo, registry = server.serve(extra, REPO / "saved_models", port=port, preload=True,
-                                  block=False)
-    names = {head: registry.with_head(head)[0]
-             for head in ("mlm", "nsp", "span", "classifier", "tagger")}
-    yield f"http://127.0.0.1:{port}/", names, registry
-    demo.close()
-
-
-@pytest.fixture(scope="module")
-def client(served):
-    from gradio_client import Client
-    return Client(served[0], verbose=False)
 
 
 def _shipped(registry, name):
@@ -205,17 +150,19 @@ def test_attention_api(served, client):
 
 
 @pytest.mark.multibackend
-def test_every_tab_runs_on_this_backend(tmp_path):
-    from app import inference
+def test_every_tab_runs_on_this_backend(tmp_path, tiny):
+    from app import inference, search
     from app.registry import Registry, discover
-    _tiny(tmp_path / "mlm", "mlm")
-    _tiny(tmp_path / "qa", "span")
-    _tiny(tmp_path / "clf", "classifier")
-    _tiny(tmp_path / "ner", "tagger")
+    tiny(tmp_path / "enc", "embedding")
+    tiny(tmp_path / "mlm", "mlm")
+    tiny(tmp_path / "qa", "span")
+    tiny(tmp_path / "clf", "classifier")
+    tiny(tmp_path / "ner", "tagger")
     registry = Registry(discover(tmp_path))
     scores = inference.classify(registry, "clf", "the dog sat .", "a cat .")["scores"]
     assert list(scores) == sorted(scores, key=scores.get, reverse=True)
-    assert set(scores) == set(CLASSES) and abs(sum(scores.values()) - 1) < 1e-5
+    labels = registry.get("clf").checkpoint.head_options["classifier"]["labels"]
+    assert set(scores) == set(labels) and abs(sum(scores.values()) - 1) < 1e-5
     for e in inference.entities(registry, "ner", "the man went to paris")["entities"]:
         assert e["label"] in ("PER", "LOC") and 0 <= e["start"] < e["end"]
     masks = inference.fill_mask(registry, "mlm", "the [MASK] sat on the [MASK] .", 3)["masks"]
@@ -226,6 +173,10 @@ def test_every_tab_runs_on_this_backend(tmp_path):
     out = inference.attention(registry, "qa", "the man went", "he sat", "2", "1")
     assert out["matrix"].shape == (len(out["tokens"]),) * 2
     assert abs(out["matrix"].sum(-1) - 1).max() < 1e-4   # each row a distribution
+    document = "the man went to the store .\n\nthe dog sat on the mat ."
+    found = search.ask(registry, "enc", "qa", document, None, "who went ?", 5, hybrid=False)
+    assert len(found["hits"]) == 1 and found["hits"][0]["text"] == document   # one passage
+    assert found["answer"]["text"] in document and found["hits"][0]["answer"]
 
 
 def test_concurrent_calls_run_as_batches_and_errors_stay_their_own():
@@ -285,7 +236,7 @@ def _pick_model(page, name):
     page.get_by_role("option", name=name, exact=True).click()
 
 
-def test_tabs_in_a_headless_browser(served):
+def test_tabs_in_a_headless_browser(served, tmp_path):
     sync_api = _browser()
     url, names, registry = served
     ARTIFACTS.mkdir(exist_ok=True)
@@ -349,6 +300,29 @@ def test_tabs_in_a_headless_browser(served):
         expect(page.locator("#entities-highlight")).to_contain_text("Eiffel")
         expect(page.locator("#entities-message")).not_to_contain_text("⚠️")
         page.screenshot(path=ARTIFACTS / "entities.png", full_page=True)
+
+        page.get_by_role("tab", name="Search").click()
+        expect(picker).to_have_value(names["embedding"])
+        page.locator("#search-question textarea").fill("How often is the tower painted?")
+        page.locator("#search-document textarea").fill(EIFFEL_DOCUMENT)
+        page.locator("#search-run").click()
+        expect(page.locator("#search-info")).to_contain_text("passages")
+        expect(page.locator("#search-answer textarea")).not_to_have_value("")
+        expect(page.locator("#search-results mark.answer").first).to_be_visible()
+        expect(page.locator("#search-message")).not_to_contain_text("⚠️")
+        if _shipped(registry, names["span"]):
+            expect(page.locator("#search-answer textarea")).to_have_value(
+                re.compile("seven years"))
+        page.screenshot(path=ARTIFACTS / "search.png", full_page=True)
+        upload = tmp_path / "rivers.txt"                   # an uploaded file, nothing pasted
+        upload.write_text("The Danube flows through ten countries.\n\nThe Nile is in Africa.")
+        page.locator("#search-files input[type=file]").set_input_files(str(upload))
+        expect(page.locator("#search-files")).to_contain_text("rivers.txt")
+        page.locator("#search-document textarea").fill("")
+        page.locator("#search-question textarea").fill("How many countries does it cross?")
+        page.locator("#search-run").click()
+        expect(page.locator("#search-results")).to_contain_text("rivers.txt")
+        expect(page.locator("#search-info")).to_contain_text("from 1 document")
 
         page.get_by_role("tab", name="Attention").click()
         page.locator("#att-run").click()

@@ -191,14 +191,29 @@ def _check_strings(m, result):
                                                result["classify"]["probabilities"]]
     if "tag" in result:
         _check_tag(m, result["tag"])
-    # The signature reads up to the model's positions; `embed` stops a sentence encoder at the
-    # length it was trained for (minilm-l6-v2: 256) unless told otherwise.
-    full = m.max_seq_length
-    _close(result["embed"]["cls"], m.embed(TEXTS, pooling="cls", max_seq_length=full),
-           "embed cls")
-    _close(result["embed"]["mean"], m.embed(TEXTS, pooling="mean", max_seq_length=full),
-           "embed mean")
+    _check_embed(m, result["embed"])
     return diffs
+
+
+def _cosines(a, b):
+    a, b = np.asarray(a, "float64"), np.asarray(b, "float64")
+    return np.sum(a * b, -1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1),
+                                          1e-12)
+
+
+def _check_embed(m, out):
+    """`embed` is `Bert.embed` with its defaults: the length a sentence encoder records (256
+    for minilm-l6-v2, where the long text is cut) and its pooling; `embedding` at unit length."""
+    for pooling in ("cls", "mean"):
+        _close(out[pooling], m.embed(TEXTS, pooling=pooling), f"embed {pooling}")
+    ref = m.embed(TEXTS)
+    assert np.allclose(np.linalg.norm(out["embedding"], axis=-1), 1.0, atol=1e-5)
+    assert _cosines(out["embedding"], ref).min() >= 0.9999
+    longest = m.embedding_defaults["max_seq_length"]
+    assert len(m.tokenizer.encode(TEXTS[4])) > longest           # a text past the length
+    if longest < m.max_seq_length:                               # ... which matters here
+        full = m.embed(TEXTS[4:5], max_seq_length=m.max_seq_length)
+        assert _cosines(out["embedding"][4:5], full)[0] < 0.9999
 
 
 def _check_ids(m, result):

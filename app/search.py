@@ -1,0 +1,279 @@
+"""Ask a document: pasted text and uploaded text files split into passages, indexed with a
+sentence encoder, searched, and the best answer span read from the top passages by a
+question-answering model (retrieve, then read). kbert's public API only; plain data in and out.
+
+The index of a set of documents is kept (a few, least recently used out first) under a hash of
+their texts and the encoder, so a second question on the same documents only searches and reads.
+"""
+
+import bisect
+import collections
+import hashlib
+import importlib.util
+import os
+import re
+import threading
+import time
+
+from app.registry import EMBEDDING, InputError
+
+PASSAGE_TOKENS = 128    # WordPieces per passage: a paragraph or two, short enough to rank sharply
+OVERLAP = 16            # pieces shared by the windows of a paragraph longer than a passage
+READ_PASSAGES = 3       # top passages the reader reads, as one context (comparable scores)
+MAX_TOP_K = 20
+MAX_QUESTION_CHARS = 1_000
+MAX_FILES = 20
+MAX_FILE_BYTES = 2_000_000
+MAX_CHARS = 300_000     # all documents together: about 750 passages, under a minute to index
+CACHED_INDEXES = 8
+PASTED = "pasted text"
+NO_READER = "none"      # the reader choice that skips reading (search results only)
+SEPARATOR = "\n\n"      # between the passages the reader reads
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
+
+
+# --- documents -------------------------------------------------------------------------------
+def _file_text(path):
+    """The UTF-8 text of an uploaded file (InputError naming the file if it is not text)."""
+    path = os.fspath(path)
+    name = os.path.basename(path)
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            raise InputError(f"{name} is {size / 1e6:.1f} MB; the playground indexes text files "
+                             f"of at most {MAX_FILE_BYTES / 1e6:g} MB.")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError(f"Could not read {name}: {e.strerror or e}.") from None
+    if data.startswith(b"%PDF") or b"\x00" in data[:8192]:
+        raise InputError(f"{name} is not a text file (a PDF or other binary file); upload "
+                         f"plain text, e.g. .txt or .md.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"{name} is not UTF-8 text; save it as UTF-8 and upload it "
+                         f"again.") from None
+    return name, text.replace("\r\n", "\n")
+
+
+def read_documents(text, files):
+    """([(name, text)], notes): the pasted text (if any), then each uploaded file."""
+    files = [f for f in (files or []) if f]
+    if len(files) > MAX_FILES:
+        raise InputError(f"{len(files)} files were uploaded; the playground indexes at most "
+                         f"{MAX_FILES} at once.")
+    documents, notes = [], []
+    if (text or "").strip():
+        documents.append((PASTED, text))
+    for path in files:
+        name, content = _file_text(path)
+        if content.strip():
+            documents.append((name, content))
+        else:
+            notes.append(f"{name} is empty and was left out.")
+    if not documents:
+        raise InputError("The document is empty: paste some text or upload text files "
+                         "(.txt, .md).")
+    total = sum(len(t) for _, t in documents)
+    if total > MAX_CHARS:
+        raise InputError(f"The documents have {total:,} characters; the playground indexes at "
+                         f"most {MAX_CHARS:,} at once (about {MAX_CHARS // 400:,} passages).")
+    return documents, notes
+
+
+# --- passages --------------------------------------------------------------------------------
+def paragraphs(text):
+    """[(start, end)] of the blank-line-separated paragraphs of `text`, whitespace trimmed.
+
+    >>> paragraphs("  One.\\n\\n\\nTwo\\nlines. \\n \\n")
+    [(2, 6), (9, 19)]
+    """
+    out, last = [], 0
+    for end, after in [(m.start(), m.end()) for m in _PARAGRAPH_BREAK.finditer(text)] + [
+            (len(text), len(text))]:
+        piece = text[last:end]
+        if piece.strip():
+            start = last + len(piece) - len(piece.lstrip())
+            out.append((start, last + len(piece.rstrip())))
+        last = after
+    return out
+
+
+def split_document(tokenizer, text, max_tokens=PASSAGE_TOKENS, overlap=OVERLAP):
+    """[(start, end)] passages of `text`: consecutive paragraphs packed together while they fit
+    in `max_tokens` WordPieces; a longer paragraph cut into overlapping windows that start at
+    a word (`kbert.retrieval.split_passages`)."""
+    from kbert.retrieval import split_passages
+    spans = paragraphs(text)
+    lengths = [len(ids) for ids in tokenizer.encode_batch([text[s:e] for s, e in spans])]
+    out, group = [], None                  # group: [start, end, tokens] of packed paragraphs
+    for (start, end), n in zip(spans, lengths):
+        if group and group[2] + n <= max_tokens:
+            group[1], group[2] = end, group[2] + n
+            continue
+        if group:
+            out.append((group[0], group[1]))
+            group = None
+        if n <= max_tokens:
+            group = [start, end, n]
+            continue
+        windows, _ = split_passages(tokenizer, [text[start:end]], max_tokens, overlap)
+        out += [(start + w.start, start + w.end) for w in windows]
+    if group:
+        out.append((group[0], group[1]))
+    return out
+
+
+# --- the index, kept per set of documents ----------------------------------------------------
+class IndexCache:
+    """Values built once per key, the `size` most recently used kept; a key being built by one
+    request is waited for by the others, not built twice."""
+
+    def __init__(self, size=CACHED_INDEXES):
+        self.size = size
+        self._items = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._building = {}
+
+    def get(self, key, build):
+        """(value, whether it was cached)."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key], True
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                if key in self._items:
+                    return self._items[key], True
+            try:
+                value = build()
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+            with self._lock:
+                self._items[key] = value
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+        return value, False
+
+    def clear(self):
+        with self._lock:
+            self._items.clear()
+
+
+_indexes = IndexCache()
+
+
+def _key(encoder_path, texts, max_tokens):
+    h = hashlib.sha256(f"{encoder_path}\0{max_tokens}\0{OVERLAP}\0{len(texts)}".encode())
+    for text in texts:
+        h.update(b"\0" + hashlib.sha256(text.encode("utf-8")).digest())
+    return h.hexdigest()
+
+
+def _build_index(model, texts, max_tokens):
+    """{"index", "seconds"}: each text's passages embedded by `model` into a
+    `kbert.retrieval.Index` whose rows record the text they come from and where."""
+    from kbert.retrieval import Index
+    start = time.perf_counter()
+    passages, metadata = [], []
+    for i, text in enumerate(texts):
+        for s, e in split_document(model.tokenizer, text, max_tokens):
+            passages.append(text[s:e])
+            metadata.append({"document": i, "document_start": s, "document_end": e})
+    index = Index.build(model, passages, metadata=metadata)
+    return {"index": index, "seconds": time.perf_counter() - start}
+
+
+def index_for(registry, name, model, texts):
+    """(entry, cached): the index of `texts` by encoder `name`, built on first use."""
+    max_tokens = min(PASSAGE_TOKENS, model.embedding_defaults["max_seq_length"] - 2)
+    key = _key(registry.info(name)["path"], texts, max_tokens)
+    return _indexes.get(key, lambda: _build_index(model, texts, max_tokens))
+
+
+# --- retrieve, then read ---------------------------------------------------------------------
+def read(reader, question, hits, n=READ_PASSAGES):
+    """(best, {rank: span}): the reader's best answer span among the top `n` passages, read as
+    one context (so that its scores compare across them), and each passage's best span; spans
+    are {"text", "score", "start", "end"} with offsets into their passage."""
+    top = [h["text"] for h in hits[:n]]
+    starts = [sum(len(t) + len(SEPARATOR) for t in top[:i]) for i in range(len(top))]
+    answers = reader.answer(question, SEPARATOR.join(top), top_k=20)
+    best, per_passage = None, {}
+    for a in answers:
+        if not a["text"]:                   # a SQuAD 2.0 reader's "no answer"
+            if best is None and not per_passage:
+                best = {"text": "", "score": a["score"], "rank": None}
+            continue
+        i = bisect.bisect_right(starts, a["start"]) - 1
+        start, end = a["start"] - starts[i], a["end"] - starts[i]
+        if end > len(top[i]):               # runs on into the next passage
+            continue
+        span = {"text": a["text"], "score": a["score"], "start": start, "end": end}
+        per_passage.setdefault(i, span)
+        if best is None:
+            best = dict(span, rank=i + 1)
+    return best, per_passage
+
+
+def hybrid_available():
+    return importlib.util.find_spec("bm25s") is not None
+
+
+def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=True):
+    """{"answer", "hits", "index", "search_seconds", "read_seconds", "notes"}: the top `top_k`
+    passages of the documents for `question` ({"rank", "score", "document", "start", "end"
+    (offsets into the document), "text", "answer" (the reader's span in it, or None)}) and the
+    reader's best answer ({"text", "score", "rank", "document", "start", "end"}, or None)."""
+    encoder = registry.resolve(encoder, EMBEDDING)
+    model = registry.require(encoder, EMBEDDING)
+    question = (question or "").strip()
+    if not question:
+        raise InputError("The question is empty: type a question first.")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InputError(f"The question has {len(question):,} characters; the playground takes "
+                         f"at most {MAX_QUESTION_CHARS:,}.")
+    documents, notes = read_documents(document, files)
+    top_k = max(1, min(int(top_k or 5), MAX_TOP_K))
+    if hybrid and not hybrid_available():
+        notes.append("Hybrid search needs bm25s (pip install 'kbert[retrieval]'); searched with "
+                     "the sentence vectors alone.")
+        hybrid = False
+    entry, cached = index_for(registry, encoder, model, [text for _, text in documents])
+    index = entry["index"]
+
+    start = time.perf_counter()
+    hits = model.search(question, index, top_k=top_k, hybrid=bool(hybrid))
+    search_seconds = time.perf_counter() - start
+    best, spans, read_seconds = None, {}, 0.0
+    if reader != NO_READER and (reader or registry.with_head("span")):
+        reader_model = registry.require(reader, "span")
+        start = time.perf_counter()
+        best, spans = read(reader_model, question, hits)
+        read_seconds = time.perf_counter() - start
+    elif reader != NO_READER:
+        notes.append("No checkpoint with a span (question answering) head is served: the "
+                     "passages are shown without an answer.")
+
+    out = []
+    for rank, hit in enumerate(hits):
+        name, text = documents[hit["document"]]
+        out.append({"rank": rank + 1, "score": hit["score"], "document": name,
+                    "start": hit["document_start"], "end": hit["document_end"],
+                    "text": hit["text"], "answer": spans.get(rank)})
+    if best and best["rank"]:
+        hit = out[best["rank"] - 1]
+        best.update(document=hit["document"], start=hit["start"] + best["start"],
+                    end=hit["start"] + best["end"])
+    elif best is not None:
+        notes.append(f"The reader's best answer is that the top passages do not answer the "
+                     f"question (no-answer score {best['score']:.4f}).")
+        best = None
+    return {"answer": best, "hits": out,
+            "index": {"passages": len(index), "documents": len(documents),
+                      "seconds": entry["seconds"], "cached": cached, "encoder": encoder,
+                      "hybrid": bool(hybrid)},
+            "search_seconds": search_seconds, "read_seconds": read_seconds, "notes": notes}
