@@ -203,7 +203,7 @@ def load(path: str, dtype: str | None = None, runtime: str | None = None,
 
     dtype: "float32" (the default for a checkpoint: the reference, equal to HF transformers to
         1e-5; an export directory's default is the dtype it was exported in),
-        "bfloat16", "int8" (runtimes "openvino" and "onnx"), or "auto": bfloat16 where the CPU
+        "bfloat16", "int8" (runtime "openvino"), or "auto": bfloat16 where the CPU
         multiplies it natively (AMX, AVX-512 BF16; `kbert.hardware`), else float32.
     runtime: "keras" (the default for a checkpoint), "openvino" or "onnx" (the passes as
         exported graphs, made on first use or read from a `kbert export --format` directory,

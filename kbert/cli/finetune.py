@@ -86,7 +86,7 @@ def add_evaluate(sub):
     p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
                    help="the encoder's precision (default float32; auto: bfloat16 where the "
-                        "CPU has AMX or AVX-512 BF16; int8 on --runtime openvino|onnx); the "
+                        "CPU has AMX or AVX-512 BF16; int8 on --runtime openvino); the "
                         "heads stay float32")
     p.add_argument("--runtime", choices=RUNTIME_NAMES,
                    help="score what kbert.load(..., runtime=) serves: keras (default), or the "

@@ -100,7 +100,7 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
     from kbert.runtime import resolve
     if dtype == "int8":
         raise ExportError("a SavedModel is exported in float32 or bfloat16; for int8 export "
-                          "--format onnx or openvino")
+                          "--format openvino")
     _, dtype = resolve("keras", dtype)
     checkpoint_dir = checkpoint_lib.resolve(checkpoint_dir)   # a directory or a shipped name
     output = os.fspath(output)

@@ -147,10 +147,10 @@ def test_evaluate_scores_the_runtime_like_the_keras_task_model(every_head, runti
 
 
 def test_int8_runs_close_to_float32(every_head, monkeypatch):
-    pytest.importorskip("onnxruntime")
+    pytest.importorskip("openvino")
     monkeypatch.setattr(hardware, "has_fast_int8", lambda: True)   # offered on VNNI CPUs only
     ref = kbert.load(every_head).embed(TEXTS, pooling="mean")
-    m = kbert.load(every_head, runtime="onnx", dtype="int8")
+    m = kbert.load(every_head, runtime="openvino", dtype="int8")
     assert m.dtype == "int8"
     assert _cosine(m.embed(TEXTS, pooling="mean"), ref).min() > 0.95
 
@@ -177,12 +177,12 @@ def test_auto_and_refused_combinations(monkeypatch):
     assert resolve("onnx", "auto") == ("onnx", "float32")
     with pytest.raises(RuntimeOptionError, match="Test CPU"):
         resolve("openvino", "bfloat16")
-    with pytest.raises(RuntimeOptionError, match="int8.*'openvino' or 'onnx'"):
+    with pytest.raises(RuntimeOptionError, match="int8.*runs on runtime 'openvino'"):
         resolve("keras", "int8")
     with pytest.raises(RuntimeOptionError, match="no bfloat16"):
         resolve("onnx", "bfloat16")
     with pytest.raises(RuntimeOptionError, match="int8 runs no faster .*Test CPU.* VNNI"):
-        resolve("onnx", "int8")
+        resolve("openvino", "int8")
     with pytest.raises(RuntimeOptionError, match="unknown dtype 'fp8'"):
         resolve("keras", "fp8")
     monkeypatch.setattr(hardware, "cpu_info", lambda *a: {
@@ -190,6 +190,8 @@ def test_auto_and_refused_combinations(monkeypatch):
     assert resolve("keras", "auto") == ("keras", "bfloat16")
     assert resolve("onnx", "auto") == ("onnx", "float32")     # no bf16 kernels there
     assert resolve("openvino", "int8") == ("openvino", "int8")
+    with pytest.raises(RuntimeOptionError, match="ONNX Runtime's int8 .* use runtime 'openvino'"):
+        resolve("onnx", "int8")
 
 
 def test_a_missing_runtime_package_is_one_line(monkeypatch):
@@ -262,7 +264,7 @@ def test_the_cli_names_the_runtime_dtypes_and_refuses_a_bad_pair_in_one_line(tmp
     err = capsys.readouterr().err.strip()
     assert err.startswith("kbert export: error: ONNX Runtime has no bfloat16") and "\n" not in err
     assert cli.main(["export", "minilm-l6-squad", "--output", out, "--dtype", "int8"]) == 2
-    assert "--format onnx or openvino" in capsys.readouterr().err
+    assert "--format openvino" in capsys.readouterr().err
     assert not os.path.exists(out)
 
 
