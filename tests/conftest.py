@@ -19,6 +19,10 @@ import pytest  # noqa: E402
 
 from helpers import SHARED_DATA  # noqa: E402
 
+# The served playground the tests in tests/app share (a plugin, not tests/app/conftest.py: with
+# --doctest-modules two files named conftest.py collide).
+pytest_plugins = ["app_fixtures"]
+
 
 def pytest_report_header(config):
     return f"keras backend: {keras.backend.backend()}"

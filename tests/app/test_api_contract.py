@@ -1,6 +1,6 @@
 """The playground's API contract: every endpoint called through gradio_client without `model`
 runs on a checkpoint that has the endpoint's head, as the page does when a tab opens; a head
-that no served checkpoint has is one message. Against the app served by tests/app/conftest.py."""
+that no served checkpoint has is one message. Against the app served by tests/app_fixtures.py."""
 
 import re
 

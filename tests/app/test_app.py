@@ -1,6 +1,6 @@
 """The playground: its API through gradio_client, and its tabs in a real headless browser.
 
-The app (tests/app/conftest.py) runs in this process on a free loopback port, over the shipped
+The app (tests/app_fixtures.py) runs in this process on a free loopback port, over the shipped
 checkpoints in saved_models/ that have the heads each tab needs, and tiny random ones for the
 heads none has. Browser screenshots go to test-artifacts/.
 """

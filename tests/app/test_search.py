@@ -1,5 +1,5 @@
 """The Search tab ("ask a document"): passages, the index kept per document, search and the
-answer span, through gradio_client against the served app (tests/app/conftest.py); bad input
+answer span, through gradio_client against the served app (tests/app_fixtures.py); bad input
 is one message. The browser test is in test_app.py."""
 
 import re

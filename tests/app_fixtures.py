@@ -1,6 +1,6 @@
-"""A running playground for the app tests: served in this process on a free loopback port, over
-the shipped checkpoints in saved_models/ that have the heads each tab needs, and tiny random
-ones for the heads none has. One app per test process, shared by the test files here."""
+"""A running playground for the tests in tests/app: served in this process on a free
+loopback port, over the shipped checkpoints in saved_models/ that have the heads each tab needs,
+and tiny random ones for the heads none has. One app per test process, shared by those files."""
 
 import socket
 
