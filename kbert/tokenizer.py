@@ -337,6 +337,9 @@ class Tokenizer:
         The longer side is truncated first, as the original `_truncate_seq_pair` does.
         Returns numpy `input_ids`, `segment_ids`, `input_mask` [B, T] and the number of
         tokens cut from each example.
+
+        Twin: `kbert.serving.graph_ops.pack` (with `truncate_pair`) does this in the graph;
+        tests/serving/test_export.py holds the exported answers equal to the pipeline's.
         """
         second = second if second is not None else [None] * len(first)
         rows, truncated = [], []

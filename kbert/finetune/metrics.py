@@ -269,6 +269,9 @@ def chunk_starts(prev_tag, tag, prev_type, kind):
 def entities(tags):
     """conlleval's chunks of one sentence: a list of (type, first, last) word indexes.
 
+    Twin: `kbert.serving.graph_ops.group_entities` does this in the graph;
+    tests/serving/test_graph_ops.py holds the two equal.
+
     >>> entities(["B-PER", "I-PER", "O", "I-LOC", "B-LOC"])
     [('PER', 0, 1), ('LOC', 3, 3), ('LOC', 4, 4)]
     """

@@ -190,7 +190,8 @@ def _tokenize_contexts(tokenizer, contexts, questions=()):
 
 
 def _windows(n, max_tokens, doc_stride):
-    """(start, length) of each window: starts every `doc_stride` tokens, as run_squad.py."""
+    """(start, length) of each window: starts every `doc_stride` tokens, as run_squad.py.
+    Twin: `kbert.serving.squad_graph.windows` (in the graph)."""
     spans, start = [], 0
     while True:
         length = min(n - start, max_tokens)
@@ -201,7 +202,8 @@ def _windows(n, max_tokens, doc_stride):
 
 
 def _max_context(spans, span_index, position):
-    """run_squad.py's `_check_is_max_context`: min(left, right) context + 0.01 * length."""
+    """run_squad.py's `_check_is_max_context`: min(left, right) context + 0.01 * length.
+    Twin: `kbert.serving.squad_graph._max_context` (in the graph)."""
     best_score, best = None, None
     for i, (start, length) in enumerate(spans):
         end = start + length - 1

@@ -86,6 +86,9 @@ def postprocess(examples, features, start_logits, end_logits, version_2=False,
         version_2: allow the empty answer (SQuAD v2.0).
     Returns a `SquadPredictions`; each n-best entry carries character `start` / `end`
     offsets into its context (end exclusive), -1 for the empty answer.
+
+    Twin: `kbert.serving.squad_graph.answer` does these steps in the graph;
+    tests/serving/test_export.py holds the exported answers equal to the pipeline's.
     """
     start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
     if len(start_logits) != len(features.example_index):

@@ -19,10 +19,10 @@ Example:
 
 import csv
 import dataclasses
-import json
 import os
 
 from kbert.finetune import glue, ner
+from kbert.jsonl import json_lines
 
 TABLE_FORMATS = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".jsonl": None, ".json": None,
                  ".ndjson": None}
@@ -40,18 +40,11 @@ def _format(path):
 
 def _json_rows(path):
     """(line number, object) for each non-blank line of a JSONL file."""
-    with open(path, encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: invalid JSON: {e.msg}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, found "
-                                 f"{type(row).__name__}")
-            yield number, row
+    for number, row in json_lines(path, encoding="utf-8-sig"):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: expected a JSON object, found "
+                             f"{type(row).__name__}")
+        yield number, row
 
 
 def _delimited_rows(path, delimiter):

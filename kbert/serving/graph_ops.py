@@ -18,6 +18,7 @@ def truncate_pair(len_a, len_b, budget):
 
     The loop ends with the shorter side untouched if the longer alone can absorb the cut,
     else with floor(budget / 2) tokens for the second and the rest for the first.
+    Twin of the truncation loop in `kbert.tokenizer.Tokenizer.pack`.
     """
     len_b = tf.minimum(len_b, tf.maximum(budget - len_a, budget // 2))
     return tf.minimum(len_a, budget - len_b), len_b
@@ -67,7 +68,10 @@ def assemble(special, a_values, a_begin, a_len, b_values=None, b_begin=None, b_l
 
 
 def pack(special, first, second=None, max_seq_length=512):
-    """Ragged ids [B, (n)] → `Tokenizer.pack`'s features, in the graph (same truncation)."""
+    """Ragged ids [B, (n)] → `Tokenizer.pack`'s features, in the graph (same truncation).
+
+    Twin of `kbert.tokenizer.Tokenizer.pack` (Python); tests/serving/test_export.py holds the
+    exported answers equal to the pipeline's."""
     len_a = first.row_lengths()
     if second is None:
         len_a = tf.minimum(len_a, max_seq_length - 2)
@@ -97,7 +101,9 @@ def cut(texts, start, end):
 
 
 def mask_positions(input_ids, mask_id, max_masks):
-    """Positions of the first `max_masks` mask tokens in each row, [B, M], and which are real."""
+    """Positions of the first `max_masks` mask tokens in each row, [B, M], and which are real.
+
+    Twin of `mask_positions` in `kbert.inference.masked_lm.fill_mask` (Python)."""
     is_mask = tf.equal(input_ids, mask_id)
     width = tf.shape(input_ids, out_type=tf.int64)[1]
     column = tf.range(width)[None, :]
@@ -119,7 +125,9 @@ def chunk_tables(labels):
 
 
 def group_entities(tables, word_label, word_row):
-    """Word labels (flat over the batch, rows in order) → entities as conlleval groups them.
+    """Word labels (flat over the batch, rows in order) → entities as conlleval groups them:
+    the twin of `kbert.finetune.metrics.entities` (tests/serving/test_graph_ops.py holds them
+    equal).
 
     A chunk is open at a word exactly when its tag is not O, so the sequential rule of
     `kbert.finetune.metrics.entities` becomes: a chunk ends at word i when ends[label_i, label_i+1]

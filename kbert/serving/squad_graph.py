@@ -24,7 +24,8 @@ from kbert.serving.graph_ops import assemble, char_offset, cut
 def windows(special, question, context, max_seq_length, doc_stride, max_query_length):
     """Ragged question / context ids [B, (n)] → window features [W, T] and, per window, its
     question, its first context token and its length; `b_index` [W, T] indexes the flat
-    context tokens (-1 outside the context)."""
+    context tokens (-1 outside the context). Twin of `kbert.finetune.squad.encode_squad`'s
+    windows (`_windows`)."""
     q_len = tf.minimum(question.row_lengths(), max_query_length)
     c_len = context.row_lengths()
     room = tf.maximum(max_seq_length - q_len - 3, 1)
@@ -57,7 +58,8 @@ def run_in_chunks(fn, features, max_chunk):
 
 
 def _max_context(position, example, index, start, length, count):
-    """True where the window is the one that gives `position` [W, K] the most context."""
+    """True where the window is the one that gives `position` [W, K] the most context.
+    Twin of `kbert.finetune.squad._max_context` (float64, so ties break the same way)."""
     siblings_start = tf.gather(tf.RaggedTensor.from_row_lengths(start, count).to_tensor(-1),
                                example)[:, None, :]                            # [W, 1, N]
     siblings_length = tf.gather(tf.RaggedTensor.from_row_lengths(length, count).to_tensor(0),
@@ -77,7 +79,9 @@ def _max_context(position, example, index, start, length, count):
 def answer(run, special, question, context, texts, offsets, options, seq_length, version_2,
            threshold):
     """The signature body. question / context: ragged ids; `offsets`: the context tokens'
-    (starts, ends) byte offsets, ragged like `context`. Returns the output dict."""
+    (starts, ends) byte offsets, ragged like `context`. Returns the output dict.
+    Twin of `kbert.finetune.squad_postprocess.postprocess` (Python); tests/serving/test_export.py
+    holds the exported answers equal to the pipeline's."""
     features, example, index, start, length, count, b_index = windows(
         special, question, context, seq_length, options.doc_stride,
         options.max_query_length)
