@@ -26,7 +26,7 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert.finetune import batching
-from kbert.finetune.tasks import TASKS, get_task
+from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.optimization import create_optimizer
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
@@ -171,8 +171,8 @@ class Encoded:
     do_lower_case: bool
     max_seq_length: int
     options: dict          # the head's options (e.g. the labels found in the training file)
-    train: object          # the task's encoded sets (`spec.encode`'s)
-    dev: object
+    train: Prepared        # the task's encoded sets (`spec.encode`'s)
+    dev: Prepared
 
 
 def encode(task: str, vocab, train: str | os.PathLike, dev: str | os.PathLike,
