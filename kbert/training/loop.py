@@ -76,7 +76,7 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
              checkpoint_every: int = 1000, accumulate: int = 1, dynamic_masking: bool = False,
              phase_steps: list[int] | None = None, seed: int = 0, strategy: str = "auto",
              tpu: str | None = None, backup_dir: str | None = None, log_dir: str | None = None,
-             save_dtype: str = "float32", verbose: bool | str = "auto",
+             save_dtype: str = "float32", verbose: bool | int | str = "auto",
              model_card: str | None = None, shuffle_buffer: int = 10000,
              callbacks: tuple | list = (), objective: str = "mlm_nsp",
              text: str | list | None = None, text_mode: str = "nsp",
