@@ -279,7 +279,7 @@ class TagTask(ConllTask):
         self.name, self.keys = "tag", (tokens_key or "tokens", tags_key or "tags")
 
     def read(self, path: PathLike) -> Sequence[userdata.TaggedSentence]:
-        return userdata.read_tagged(path, *self.keys)
+        return userdata.read_tagged(str(path), *self.keys)
 
     def head_options(self, data: Data) -> Options:
         return {"labels": ner.label_list(data)}
