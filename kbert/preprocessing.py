@@ -259,7 +259,7 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
         super().__init__(vocab, lower_case, max_seq_length, None, **kwargs)
         self.doc_stride, self.max_query_length = int(doc_stride), int(max_query_length)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "doc_stride": self.doc_stride,
                 "max_query_length": self.max_query_length}
 
