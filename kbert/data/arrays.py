@@ -125,7 +125,7 @@ def _instances(job):
 
 
 def segment_pairs(data: dict[str, Any],
-                  options: Options = Options(),  # type: ignore[call-arg]  # (its defaults)
+                  options: Options = Options(),
                   workers: int | None = None) -> Arrays:
     """`token_documents`' arrays → BERT's pretraining features as arrays (`FEATURES`, padded),
     `options.dupe_factor` passes over the documents with different masks and pairs, shuffled.

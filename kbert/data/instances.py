@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import random
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,14 +42,15 @@ Instance = collections.namedtuple(
     "Instance", "input_ids segment_ids masked_lm_positions masked_lm_ids is_random_next")
 
 
-class Options(collections.namedtuple("Options", [
-        "max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob",
-        "dupe_factor", "whole_word_mask", "seed"])):
+class Options(NamedTuple):
     """The knobs of `create_pretraining_data`, with the original defaults."""
-    __slots__ = ()
-
-
-Options.__new__.__defaults__ = (128, 20, 0.15, 0.1, 10, False, 12345)
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 10
+    whole_word_mask: bool = False
+    seed: int = 12345
 
 # A tokenized corpus: documents, each a list of sentences, each a list of token ids.
 Documents = Sequence[Sequence[Sequence[int]]]

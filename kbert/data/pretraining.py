@@ -143,7 +143,7 @@ def usable_cpus() -> int:
 
 
 def create_pretraining_data(paths: Sequence[str], vocab: str | list[str], output_dir: str,
-                            options: Options = Options(),  # type: ignore[call-arg]  # (its defaults)
+                            options: Options = Options(),
                             lower_case: bool = True,
                             workers: int | None = None, input_format: str = "auto",
                             block_size: int = 20000, progress: bool = True,

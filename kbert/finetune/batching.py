@@ -40,7 +40,7 @@ def _is_sequence(features, key):
     return len(shape) == len(ref) and shape[-1] == ref[-1]
 
 
-def length_batches(lengths: np.ndarray, batch_size: int, bucket: bool = True,
+def length_batches(lengths: np.ndarray | Sequence[int], batch_size: int, bucket: bool = True,
                    shuffle: bool = False, seed: int = 0, pool: int = 50) -> list[np.ndarray]:
     """Index arrays, one per batch. `bucket` groups similar lengths; `shuffle` randomizes."""
     rng = np.random.default_rng(seed)
