@@ -11,8 +11,15 @@ Example:
 0.0
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
 import keras
 from keras import ops
+
+from kbert.hints import Tensor
 
 # Keras privates this module still uses, each where Keras has no public counterpart:
 # - `_clip_gradients` (`_ClipAcrossReplicas`): the one hook between the gradients and the update;
@@ -62,7 +69,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         decay = peak + (end - peak) * ops.minimum(fraction, 1.0)
         return ops.where(step < self.warmup_steps, warmup, decay)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {"peak_learning_rate": self.peak_learning_rate, "total_steps": self.total_steps,
                 "warmup_steps": self.warmup_steps, "end_learning_rate": self.end_learning_rate}
 
@@ -144,7 +151,8 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
     0.05
     """
 
-    def update_step(self, gradient, variable, learning_rate):
+    def update_step(self, gradient: Tensor, variable: keras.Variable,
+                    learning_rate: Tensor) -> None:
         # Twin: `_torch_adam_update` (all variables at once on torch); a test holds them equal.
         if self.amsgrad:
             return super().update_step(gradient, variable, learning_rate)
@@ -203,9 +211,12 @@ class Lamb(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.Lamb):
     """`keras.optimizers.Lamb` whose global-norm clipping is the same on any number of devices."""
 
 
-def create_optimizer(name="adamw", learning_rate=1e-4, total_steps=1_000_000, warmup_steps=10_000,
-                     weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-                     global_clipnorm=1.0, gradient_accumulation_steps=None, loss_scale=False):
+def create_optimizer(name: str = "adamw", learning_rate: float = 1e-4,
+                     total_steps: int = 1_000_000, warmup_steps: int = 10_000,
+                     weight_decay: float = 0.01, beta_1: float = 0.9, beta_2: float = 0.999,
+                     epsilon: float = 1e-6, global_clipnorm: float | None = 1.0,
+                     gradient_accumulation_steps: int | None = None,
+                     loss_scale: bool = False) -> keras.optimizers.Optimizer:
     """AdamW (or LAMB) with the paper's defaults and the warmup/linear-decay schedule.
 
     Args:
@@ -230,18 +241,19 @@ def create_optimizer(name="adamw", learning_rate=1e-4, total_steps=1_000_000, wa
     return optimizer
 
 
-def inner_optimizer(optimizer):
+def inner_optimizer(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
     """The optimizer that owns the variables (unwraps a `LossScaleOptimizer`)."""
     return getattr(optimizer, "inner_optimizer", optimizer)
 
 
-def decayed_variables(optimizer, variables):
+def decayed_variables(optimizer: keras.optimizers.Optimizer,
+                      variables: Sequence[keras.Variable]) -> list[str]:
     """Paths of the variables this optimizer applies weight decay to (for inspection)."""
     inner = inner_optimizer(optimizer)
     return [v.path for v in variables if inner._use_weight_decay(v)]
 
 
-def batches_seen(optimizer):
+def batches_seen(optimizer: keras.optimizers.Optimizer) -> int:
     """Batches consumed so far (optimizer updates × gradient accumulation steps, plus the
     batches accumulated towards the next update)."""
     inner = inner_optimizer(optimizer)

@@ -29,6 +29,10 @@ Example:
 [[0, 0, 0, 1, 1, 1]]
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -36,8 +40,15 @@ import tensorflow as tf
 from kbert import checkpoint_format
 from kbert.checkpoint_format import head_options_for  # noqa: F401  (kept importable here)
 from kbert.finetune import ner, squad
+from kbert.hints import PathLike, Tensor
 from kbert.serving.graph_ops import pack
 from kbert.tokenizer import Tokenizer
+
+if TYPE_CHECKING:   # type-only: the task models import this module
+    from kbert.models.finetuned import FineTunedModel
+
+# Raw inputs: lists or arrays of strings (a tuple of them for pairs), tensors, or features.
+Raw = Any
 
 PAD_TO_MULTIPLE = 16
 
@@ -72,13 +83,13 @@ class BertPreprocessor(keras.layers.Layer):
         # backend tensors (no strings on JAX or PyTorch) is skipped.
         return self.call(x, y, sample_weight)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "vocab": self.tokenizer.vocab,
                 "lower_case": self.tokenizer.lower_case, "max_seq_length": self.max_seq_length,
                 "labels": self.labels, "pad_to_multiple_of": self.pad_to_multiple_of}
 
     @property
-    def special(self):
+    def special(self) -> tuple[int, int, int]:
         t = self.tokenizer
         return t.cls_id, t.sep_id, t.pad_id
 
@@ -104,13 +115,13 @@ class BertPreprocessor(keras.layers.Layer):
         tf.debugging.assert_non_negative(ids, message=f"a label is not one of {self.labels}")
         return ids
 
-    def call(self, x, y=None, sample_weight=None):
+    def call(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> Any:
         first, second = x if isinstance(x, tuple) else (x, None)
         return keras.utils.pack_x_y_sample_weight(self._pack(first, second),
                                                   self._label_ids(y), sample_weight)
 
     # --- the input pipeline ----------------------------------------------------------------
-    def check(self, x, y=None, sample_weight=None):
+    def check(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> None:
         """Raises ValueError naming the example when raw inputs cannot be encoded."""
         first, second = x if isinstance(x, tuple) else (x, None)
         _check_lengths(first, second, y, sample_weight)
@@ -120,7 +131,7 @@ class BertPreprocessor(keras.layers.Layer):
                     raise ValueError(f"example {i}: label {label!r} is not one of "
                                      f"{', '.join(self.labels)}")
 
-    def dataset(self, x, y=None, sample_weight=None, batch_size: int = 32,
+    def dataset(self, x: Raw, y: Raw = None, sample_weight: Raw = None, batch_size: int = 32,
                 shuffle: bool = False, seed: int | None = None) -> tf.data.Dataset:
         """Raw inputs (lists or arrays) → a `tf.data.Dataset` of model batches."""
         self.check(x, y, sample_weight)
@@ -130,7 +141,9 @@ class BertPreprocessor(keras.layers.Layer):
             ds = ds.shuffle(int(ds.cardinality()), seed=seed, reshuffle_each_iteration=True)
         return ds.batch(batch_size).map(lambda *e: self(*e)).prefetch(tf.data.AUTOTUNE)
 
-    def adapt_inputs(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+    def adapt_inputs(self, x: Raw, y: Raw = None, sample_weight: Raw = None,
+                     batch_size: int | None = None,
+                     shuffle: bool = False) -> tuple[Any, Any, Any, int | None]:
         """What `fit`/`evaluate`/`predict` get: raw inputs become `dataset(...)`, a dataset of
         raw inputs gets this layer mapped over it, features pass unchanged.
 
@@ -149,7 +162,7 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
     """`(contexts [B], endings [B, C])` → features [B, C, T]: each choice is the pair
     `[CLS] context [SEP] ending [SEP]` (SWAG's `sent2 + ending` is one ending here)."""
 
-    def call(self, x, y=None, sample_weight=None):
+    def call(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> Any:
         contexts, endings = x
         endings = tf.convert_to_tensor(endings, tf.string)
         batch, choices = tf.shape(endings)[0], tf.shape(endings)[1]
@@ -158,7 +171,7 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
         features = {k: tf.reshape(v, [batch, choices, -1]) for k, v in flat.items()}
         return keras.utils.pack_x_y_sample_weight(features, self._label_ids(y), sample_weight)
 
-    def check(self, x, y=None, sample_weight=None):
+    def check(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> None:
         if not isinstance(x, tuple) or len(x) != 2:
             raise ValueError("multiple choice takes x=(contexts, endings)")
         widths = {len(e) for e in x[1]}
@@ -174,6 +187,8 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
     `[SEP]` and padding get label 0 and sample weight 0, so the loss and the accuracy count
     each word once. Tags are label names (or their ids); `labels` is required.
     """
+
+    labels: list[str]      # required here (the base class allows None)
 
     def __init__(self, vocab, lower_case=True, max_seq_length=128, labels=None, **kwargs):
         if not labels:
@@ -197,7 +212,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
         return (f["input_ids"], f["segment_ids"], f["input_mask"],
                 np.maximum(f["label_ids"], 0), f["label_weights"])
 
-    def call(self, x, y=None, sample_weight=None):
+    def call(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> Any:
         words = _ragged(x, tf.string)
         tags = _ragged(y) if y is not None else tf.RaggedTensor.from_row_splits(
             tf.zeros_like(words.flat_values, tf.int32), words.row_splits)
@@ -215,7 +230,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
             weights *= tf.cast(tf.reshape(sample_weight, [-1, 1]), tf.float32)
         return features, out[3], weights
 
-    def check(self, x, y=None, sample_weight=None):
+    def check(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> None:
         _check_lengths(x, y, sample_weight)
         for i, words in enumerate(x):
             if isinstance(words, str):
@@ -244,7 +259,7 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
         super().__init__(vocab, lower_case, max_seq_length, None, **kwargs)
         self.doc_stride, self.max_query_length = int(doc_stride), int(max_query_length)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "doc_stride": self.doc_stride,
                 "max_query_length": self.max_query_length}
 
@@ -267,7 +282,7 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
         return (f["input_ids"], f["segment_ids"], f["input_mask"],
                 f.get("start_positions", zeros), f.get("end_positions", zeros))
 
-    def call(self, x, y=None, sample_weight=None):
+    def call(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> Any:
         if sample_weight is not None:
             raise ValueError("question answering takes no sample_weight (a context may give "
                              "several windows)")
@@ -287,7 +302,7 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
             return features
         return features, {"start_logits": out[3], "end_logits": out[4]}
 
-    def check(self, x, y=None, sample_weight=None):
+    def check(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> None:
         if not isinstance(x, tuple) or len(x) != 2:
             raise ValueError("question answering takes x=(questions, contexts)")
         _check_lengths(x[0], x[1], *(y or ()))
@@ -303,7 +318,8 @@ PREPROCESSORS = {"classifier": BertPreprocessor, "tagger": BertTokenClassifierPr
 
 
 # --- helpers -----------------------------------------------------------------------------------
-def pad_to_multiple(features, multiple, max_width, pad_id):
+def pad_to_multiple(features: dict[str, Tensor], multiple: int, max_width: int,
+                    pad_id: int) -> dict[str, Tensor]:
     """Pads [.., T] features on the right to a multiple of `multiple` (at most `max_width`)."""
     if multiple <= 1:
         return features
@@ -373,16 +389,17 @@ def _to_tf(value):
 
 
 # --- checkpoints -------------------------------------------------------------------------------
-def task_from_checkpoint(cls, path, num_labels=None, labels=None, max_seq_length=None,
-                         version_2=False, **preprocessor_options):
+def task_from_checkpoint(cls: type[FineTunedModel], path: PathLike, num_labels: int | None = None,
+                         labels: list[str] | None = None, max_seq_length: int | None = None,
+                         version_2: bool = False, **preprocessor_options: Any) -> FineTunedModel:
     """A task model of class `cls` (a `kbert.models` fine-tuning model) on checkpoint `path`'s
     encoder with its preprocessor.
 
     The checkpoint's own head of that kind is kept when it fits `num_labels`/`labels`;
     otherwise a fresh head is made.
     """
-    ckpt = checkpoint_format.read(path)
-    head = cls.head_name
+    ckpt: checkpoint_format.Contents = checkpoint_format.read(path)
+    head: str = cls.head_name   # type: ignore[assignment]  # every task model names its head
     if num_labels is not None and labels is not None and len(labels) != num_labels:
         raise ValueError(f"num_labels {num_labels} but {len(labels)} labels")
     old = ckpt.head_options.get(head, {})
@@ -405,8 +422,9 @@ def task_from_checkpoint(cls, path, num_labels=None, labels=None, max_seq_length
     return model
 
 
-def save_task_checkpoint(model, directory, vocab=None, do_lower_case=None, dtype="float32",
-                         model_card=None):
+def save_task_checkpoint(model: FineTunedModel, directory: str,
+                         vocab: list[str] | str | None = None, do_lower_case: bool | None = None,
+                         dtype: str = "float32", model_card: str | None = None) -> str:
     """Writes `model` (backbone + head, its labels in config.json) as a checkpoint directory:
     the model's own `save_checkpoint`."""
     return model.save_checkpoint(directory, vocab, do_lower_case, dtype, model_card)

@@ -26,7 +26,10 @@ token go the offsets route instead. Graph-mode calls (exported models) keep the 
 built only from the ops above.
 """
 
+from __future__ import annotations
+
 import collections
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -34,6 +37,7 @@ import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from kbert.config import SPECIAL_TOKENS, read_vocab, write_vocab  # noqa: F401  (re-exported)
+from kbert.hints import Tensor
 
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK], as in google-research/bert
 
@@ -61,7 +65,8 @@ def _rows(ragged):
     return [values[a:b] for a, b in zip(splits[:-1], splits[1:])]
 
 
-def char_offsets(text, starts, ends):
+def char_offsets(text: str, starts: Iterable[int],
+                 ends: Iterable[int]) -> tuple[list[int], list[int]]:
     """Byte offsets into `text`'s UTF-8 encoding → character offsets into the Python string.
 
     Twin: `kbert.serving.graph_ops.char_offset` does this in the exported graph;
@@ -118,7 +123,7 @@ def _split_and_normalize(texts, lower_case, mask_literal=False):
     return words, word_starts, chars, _normalize_chars(chars.flat_values, lower_case)
 
 
-def basic_tokenize(texts, lower_case=True):
+def basic_tokenize(texts: Tensor | Sequence[str], lower_case: bool = True) -> Tensor:
     """BERT's basic tokenization: strings [B] → normalized words, a RaggedTensor [B, (W)].
 
     >>> basic_tokenize(["Héllo, WORLD!"]).to_list()
@@ -130,7 +135,8 @@ def basic_tokenize(texts, lower_case=True):
     return tf.ragged.boolean_mask(words, tf.strings.length(words) > 0)
 
 
-def build_vocab(texts, vocab_size, lower_case=True, num_unused=99):
+def build_vocab(texts: Iterable[str], vocab_size: int, lower_case: bool = True,
+                num_unused: int = 99) -> list[str]:
     """Learn a WordPiece vocabulary (tensorflow-text's learner) from an iterable of texts.
 
     The layout is BERT's: `[PAD]` = 0, then `num_unused` `[unusedN]` slots (free ids for tokens
@@ -148,7 +154,8 @@ def build_vocab(texts, vocab_size, lower_case=True, num_unused=99):
     if vocab_size <= len(reserved):
         raise ValueError(f"vocab size {vocab_size} leaves no room after {len(reserved)} "
                          "reserved tokens")
-    counts, batch = collections.Counter(), []
+    counts: collections.Counter[str] = collections.Counter()
+    batch = []
 
     def count(batch):
         counts.update(w.decode("utf-8") for w in
@@ -217,10 +224,11 @@ class Tokenizer:
                                      input_signature=[tf.TensorSpec([None], tf.string)])
 
     @property
-    def vocab_size(self):
+    def vocab_size(self) -> int:
         return len(self.vocab)
 
-    def tokenize_with_offsets(self, texts, mask_literal=False):
+    def tokenize_with_offsets(self, texts: Tensor | Sequence[str],
+                              mask_literal: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """Strings [B] → token ids, start and end byte offsets, RaggedTensors [B, (tokens)].
 
         Offsets are [start, end) into each input's UTF-8 bytes. With `mask_literal`, the text
@@ -285,7 +293,7 @@ class Tokenizer:
                 tf.boolean_mask(tf.cast(values, tf.int64), keep_piece), batch, nrows=nrows)
         return ragged(ids), ragged(starts), ragged(ends)
 
-    def tokenize(self, texts, mask_literal=False):
+    def tokenize(self, texts: Tensor | Sequence[str], mask_literal: bool = False) -> Tensor:
         """Strings [B] → token ids, a RaggedTensor [B, (tokens)] of int64."""
         if mask_literal or self._fast_wordpiece is None or not tf.executing_eagerly():
             return self.tokenize_with_offsets(texts, mask_literal)[0]
@@ -306,11 +314,12 @@ class Tokenizer:
         return (self._fast_wordpiece.tokenize(texts),
                 tf.strings.regex_full_match(texts, _LONG_RUN))
 
-    def tokenize_with_char_offsets(self, text):
+    def tokenize_with_char_offsets(self, text: str) -> tuple[list[int], list[int], list[int]]:
         """One Python string → (ids, starts, ends) lists, offsets in characters of `text`."""
         return self.batch_tokenize_with_char_offsets([text])[0]
 
-    def batch_tokenize_with_char_offsets(self, texts):
+    def batch_tokenize_with_char_offsets(
+            self, texts: Sequence[str]) -> list[tuple[list[int], list[int], list[int]]]:
         """Python strings → one (ids, starts, ends) of lists each, offsets in characters."""
         ids, starts, ends = (_rows(x) for x in self.tokenize_with_offsets(list(texts)))
         out = []
@@ -318,25 +327,30 @@ class Tokenizer:
             out.append((i.tolist(), *char_offsets(text, s, e)))
         return out
 
-    def encode(self, text):
+    def encode(self, text: str) -> list[int]:
         """One string → a Python list of ids; `[MASK]` in the text becomes the mask token."""
         return self.encode_batch([text])[0]
 
-    def encode_batch(self, texts):
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Strings → one Python list of ids each (one graph call for the whole list)."""
         if not len(texts):
             return []
         return [row.tolist() for row in _rows(self.tokenize(list(texts), mask_literal=True))]
 
-    def convert_ids_to_tokens(self, ids):
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.vocab[i] if 0 <= i < len(self.vocab) else "[UNK]" for i in ids]
 
-    def pack(self, first, second=None, max_seq_length=512):
+    def pack(self, first: Sequence[Sequence[int]],
+             second: Sequence[Sequence[int] | None] | None = None,
+             max_seq_length: int = 512) -> tuple[dict[str, np.ndarray], list[int]]:
         """Id lists → `[CLS] A [SEP] (B [SEP])` features padded to the longest in the batch.
 
         The longer side is truncated first, as the original `_truncate_seq_pair` does.
         Returns numpy `input_ids`, `segment_ids`, `input_mask` [B, T] and the number of
         tokens cut from each example.
+
+        Twin: `kbert.serving.graph_ops.pack` (with `truncate_pair`) does this in the graph;
+        tests/serving/test_export.py holds the exported answers equal to the pipeline's.
         """
         second = second if second is not None else [None] * len(first)
         rows, truncated = [], []

@@ -21,10 +21,13 @@ subcommand's `--help` and argument errors answer without TensorFlow or Keras (se
 ~1 GB); each `run_*` imports what it calls.
 """
 
+from __future__ import annotations
+
 import argparse
 import os
 import pickle
 import sys
+from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -44,7 +47,7 @@ from kbert.cli.finetune import TASK_NAMES  # noqa: E402
 from kbert.cli.retrieval import RETRIEVAL_TASKS  # noqa: E402
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (also: KBERT_DEBUG=1)")
@@ -60,7 +63,7 @@ def build_parser():
     return parser
 
 
-def expected_errors():
+def expected_errors() -> tuple[type[BaseException], ...]:
     """The error types that mean bad input (or an unusable environment), not a bug in kbert.
 
     TensorFlow's `OpError`s (e.g. `PermissionDeniedError` writing a file, `InvalidArgumentError`
@@ -73,7 +76,7 @@ def expected_errors():
     return errors + (op_error,) if isinstance(op_error, type) else errors
 
 
-def error_line(error):
+def error_line(error: BaseException) -> str:
     """The first line of an error's message (its type name when it has none)."""
     text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
     if isinstance(error, OSError) and error.filename and error.strerror:
@@ -82,7 +85,7 @@ def error_line(error):
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command. Bad input: `kbert COMMAND: error: ...` on stderr and exit status 2
     (as argparse does for bad arguments); the traceback only with --debug or KBERT_DEBUG=1."""
     args = build_parser().parse_args(argv)

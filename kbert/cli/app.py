@@ -1,9 +1,14 @@
 """`kbert app`: the Gradio playground (`app/`, installed beside kbert)."""
 
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+
 from kbert.cli.common import CliError
 
 
-def app_server():
+def app_server() -> ModuleType | None:
     """The playground's launcher (`app/`, installed beside kbert); None where it is absent.
 
     Imported on use: the playground needs gradio, which the rest of the CLI does not."""
@@ -16,7 +21,7 @@ def app_server():
     return server
 
 
-def add_app(sub):
+def add_app(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("app", help="serve the Gradio playground (127.0.0.1:7860 by default)")
     server = app_server()
     if server is not None:
@@ -24,7 +29,7 @@ def add_app(sub):
     p.set_defaults(func=run_app)
 
 
-def run_app(args):
+def run_app(args: argparse.Namespace) -> None:
     server = app_server()
     if server is None:
         raise CliError("the playground needs gradio: pip install 'kbert[app]'")

@@ -1,5 +1,7 @@
 """What every subcommand shares: the one-line error, an argument type, the --output checks."""
 
+from __future__ import annotations
+
 import argparse
 import os
 
@@ -8,7 +10,7 @@ class CliError(Exception):
     """A bad input the user can fix; printed as one line."""
 
 
-def positive_int(text):
+def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     try:
         value = int(text)
@@ -19,7 +21,7 @@ def positive_int(text):
     return value
 
 
-def check_output_dir(path):
+def check_output_dir(path: str) -> None:
     """An --output that names a directory to write: refused up front if it cannot be one."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise CliError(f"--output {path} exists and is not a directory")
@@ -31,7 +33,7 @@ def check_output_dir(path):
                        "directory)")
 
 
-def check_output_file(path):
+def check_output_file(path: str) -> None:
     """An --output that names a file to write: refused up front if it cannot be one."""
     if os.path.isdir(path):
         raise CliError(f"--output {path} is a directory; give the file to write")

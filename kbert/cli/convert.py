@@ -1,11 +1,14 @@
 """`kbert convert`: `kbert.convert` (import weights from another library, or export to one)."""
 
+from __future__ import annotations
+
+import argparse
 import sys
 
 from kbert.cli.common import check_output_dir
 
 
-def add_convert(sub):
+def add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="import weights from another library into a checkpoint, "
                                        "or export a checkpoint to another library's layout")
     direction = p.add_mutually_exclusive_group(required=True)
@@ -20,7 +23,7 @@ def add_convert(sub):
     p.set_defaults(func=run_convert)
 
 
-def run_convert(args):
+def run_convert(args: argparse.Namespace) -> None:
     import warnings
 
     from kbert import convert

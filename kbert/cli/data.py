@@ -1,10 +1,14 @@
 """`kbert build-vocab`, `create-pretraining-data` and `data-service`: `kbert.tokenizer` and
 `kbert.data`."""
 
+from __future__ import annotations
+
+import argparse
+
 from kbert.cli.common import CliError, check_output_dir, check_output_file
 
 
-def add_build_vocab(sub):
+def add_build_vocab(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build-vocab", help="learn a WordPiece vocabulary from text files")
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
     p.add_argument("--vocab-size", type=int, required=True, help="vocabulary size (at most)")
@@ -18,7 +22,7 @@ def add_build_vocab(sub):
     p.set_defaults(func=run_build_vocab)
 
 
-def run_build_vocab(args):
+def run_build_vocab(args: argparse.Namespace) -> None:
     from kbert import tokenizer
     from kbert.data.sentences import read_documents
     check_output_file(args.output)
@@ -30,7 +34,7 @@ def run_build_vocab(args):
     print(f"wrote {args.output}: {len(vocab)} tokens (--vocab-size {args.vocab_size} is the most)")
 
 
-def add_create_pretraining_data(sub):
+def add_create_pretraining_data(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("create-pretraining-data",
                        help="text files → masked LM / next sentence TFRecord shards")
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
@@ -57,7 +61,7 @@ def add_create_pretraining_data(sub):
     p.set_defaults(func=run_create_pretraining_data)
 
 
-def run_create_pretraining_data(args):
+def run_create_pretraining_data(args: argparse.Namespace) -> None:
     from kbert.data import pretraining
     check_output_dir(args.output)
     options = pretraining.Options(
@@ -71,7 +75,7 @@ def run_create_pretraining_data(args):
         print(line)
 
 
-def add_data_service(sub):
+def add_data_service(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data-service", help="run a tf.data service dispatcher or worker that "
                                             "prepares `pretrain --text` batches on other hosts")
     p.add_argument("role", choices=("dispatcher", "worker"))
@@ -86,7 +90,7 @@ def add_data_service(sub):
     p.set_defaults(func=run_data_service)
 
 
-def run_data_service(args):
+def run_data_service(args: argparse.Namespace) -> None:
     from kbert.data import text
     if args.role == "worker" and not args.dispatcher:
         raise CliError("a worker needs --dispatcher HOST:PORT")

@@ -1,11 +1,14 @@
 """`kbert experiments ablations|features`: `kbert.experiments`."""
 
+from __future__ import annotations
+
+import argparse
 import os
 
 from kbert.cli.common import CliError
 
 
-def add_experiments(sub):
+def add_experiments(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("experiments", help="re-run the paper's ablations (Table 5 + RoBERTa's "
                                            "NSP finding; Table 7 feature-based NER), resumable")
     which = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
@@ -40,7 +43,7 @@ def add_experiments(sub):
     f.set_defaults(func=run_features)
 
 
-def run_ablations(args):
+def run_ablations(args: argparse.Namespace) -> None:
     from kbert.experiments import ablations
     if args.export and args.arrays:
         raise CliError("--export writes the folder that --arrays reads: give one of them")
@@ -64,7 +67,7 @@ def run_ablations(args):
     print(f"wrote {os.path.join(args.output, 'ablations.md')}")
 
 
-def run_features(args):
+def run_features(args: argparse.Namespace) -> None:
     from kbert.experiments import features
     features.run(args.output, args.model, args.train, args.dev,
                  max_train_sentences=args.max_train_sentences,

@@ -1,6 +1,10 @@
 """`kbert export`: `kbert.serving` (a TF Serving SavedModel) or `kbert.runtime.graphs` (ONNX,
 OpenVINO)."""
 
+from __future__ import annotations
+
+import argparse
+
 from kbert.cli.common import positive_int
 
 EXPORT_FORMATS = ("saved_model", "onnx", "openvino")
@@ -8,7 +12,7 @@ DTYPE_NAMES = ("auto", "float32", "bfloat16", "int8")   # kbert.runtime.DTYPES (
 RUNTIME_NAMES = ("keras", "openvino", "onnx")            # kbert.runtime.RUNTIMES (a test checks)
 
 
-def add_export(sub):
+def add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a TF Serving SavedModel (raw-string signatures), "
                                       "or the model's passes as ONNX / OpenVINO graphs")
     p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint directory")
@@ -31,11 +35,12 @@ def add_export(sub):
     p.set_defaults(func=run_export)
 
 
-def run_export(args):
+def run_export(args: argparse.Namespace) -> None:
     if args.format != "saved_model":
         from kbert.runtime import graphs
         path = graphs.export(args.checkpoint, args.output, fmt=args.format, dtype=args.dtype)
         manifest = graphs.read_manifest(path)
+        assert manifest is not None          # just written by `export`
         print(f"wrote {path}: {args.format} {manifest['dtype']}, passes "
               f"{', '.join(manifest['kinds'])}")
         return

@@ -1,6 +1,10 @@
 """`kbert finetune` and `kbert evaluate`: `kbert.finetune` (and `kbert.retrieval.metrics` for
 `evaluate retrieve|rerank`)."""
 
+from __future__ import annotations
+
+import argparse
+
 from kbert.cli import retrieval
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
 
@@ -12,7 +16,7 @@ TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnl
               "squad2", "conll2003", "swag", "classify", "regress", "tag", "qa")
 
 
-def add_columns(p):
+def add_columns(p: argparse.ArgumentParser) -> None:
     """The own-data tasks' column options (classify, regress, tag)."""
     p.add_argument("--text-column", help="classify/regress: the text column (default text); "
                                          "tag JSONL: the tokens key (default tokens)")
@@ -21,12 +25,12 @@ def add_columns(p):
                                           "tag JSONL: the tags key (default tags)")
 
 
-def task_options(args):
+def task_options(args: argparse.Namespace) -> dict[str, str | None]:
     return {"text_column": args.text_column, "text_pair_column": args.text_pair_column,
             "label_column": args.label_column}
 
 
-def add_finetune(sub):
+def add_finetune(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a checkpoint on a GLUE, SQuAD, CoNLL-2003 or "
                                         "SWAG task, or on your own CSV/TSV/JSONL, CoNLL or SQuAD "
                                         "file (classify, regress, tag, qa), keeping the best dev "
@@ -57,7 +61,7 @@ def add_finetune(sub):
     p.set_defaults(func=run_finetune)
 
 
-def run_finetune(args):
+def run_finetune(args: argparse.Namespace) -> None:
     import json
 
     from kbert import finetune
@@ -74,7 +78,7 @@ def run_finetune(args):
     print(json.dumps(result.best_scores))
 
 
-def add_evaluate(sub):
+def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="score a fine-tuned checkpoint on a task's file (prints "
                                         "one JSON object)")
     p.add_argument("task", metavar="TASK", choices=TASK_NAMES + retrieval.RETRIEVAL_TASKS,
@@ -95,7 +99,7 @@ def add_evaluate(sub):
     p.set_defaults(func=run_evaluate)
 
 
-def run_evaluate(args):
+def run_evaluate(args: argparse.Namespace) -> None:
     if args.task in retrieval.RETRIEVAL_TASKS:
         return retrieval.run_retrieval_evaluate(args)
     import json

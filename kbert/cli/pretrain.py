@@ -1,9 +1,13 @@
 """`kbert pretrain`: `kbert.training.pretrain`."""
 
+from __future__ import annotations
+
+import argparse
+
 from kbert.cli.common import check_output_dir
 
 
-def add_pretrain(sub):
+def add_pretrain(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pretrain", help="masked LM + next sentence pretraining with model.fit")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", metavar="DIR",
@@ -55,10 +59,11 @@ def add_pretrain(sub):
     p.set_defaults(func=run_pretrain)
 
 
-def run_pretrain(args):
+def run_pretrain(args: argparse.Namespace) -> None:
     from kbert import training
     check_output_dir(args.output)
-    jit = {"auto": "auto", "on": True, "off": False}[args.jit_compile]
+    jit_modes: dict[str, str | bool] = {"auto": "auto", "on": True, "off": False}
+    jit = jit_modes[args.jit_compile]
     result = training.pretrain(
         args.data, args.output, text=args.text, text_mode=args.text_mode,
         data_service=args.data_service, config=args.config, init=args.init, vocab=args.vocab,

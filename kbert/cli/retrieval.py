@@ -1,11 +1,20 @@
 """`kbert index build|add|search` and `kbert evaluate retrieve|rerank`: `kbert.retrieval`."""
 
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from kbert.cli.common import check_output_dir, positive_int
+
+if TYPE_CHECKING:   # type-only: the pipeline needs Keras
+    from kbert.pipeline import Bert
 
 RETRIEVAL_TASKS = ("retrieve", "rerank")     # `kbert evaluate` only (kbert.retrieval.metrics)
 
 
-def add_index(sub):
+def add_index(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="build a search index of passages with a sentence encoder, "
                                      "add to it, or search it")
     which = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -35,7 +44,7 @@ def add_index(sub):
     p.set_defaults(func=run_index)
 
 
-def add_retrieval_evaluate(p):
+def add_retrieval_evaluate(p: argparse.ArgumentParser) -> None:
     """`kbert evaluate retrieve|rerank`'s options."""
     p.add_argument("--hybrid", action="store_true", help="retrieve: BM25 + dense, fused")
     p.add_argument("--candidates", type=positive_int, default=20,
@@ -43,13 +52,13 @@ def add_retrieval_evaluate(p):
     p.add_argument("--max-queries", type=positive_int, help="rerank: the first N queries only")
 
 
-def load_model(args, name):
+def load_model(args: argparse.Namespace, name: str) -> Bert:
     import kbert
     dtype = getattr(args, "dtype", None)          # where `kbert evaluate` takes --dtype
     return kbert.load(name, **({"dtype": dtype} if dtype not in (None, "float32") else {}))
 
 
-def run_index(args):
+def run_index(args: argparse.Namespace) -> None:
     import warnings
 
     from kbert.retrieval import Index
@@ -85,7 +94,8 @@ def run_index(args):
           f"{index.encoder['name']}, {kind}{', hybrid' if index.hybrid else ''}")
 
 
-def print_hits(queries, hits, as_json):
+def print_hits(queries: Sequence[str], hits: list[list[dict[str, Any]]],
+               as_json: bool) -> None:
     import json
     if as_json:
         print(json.dumps(hits if len(queries) > 1 else hits[0], ensure_ascii=False))
@@ -101,7 +111,7 @@ def print_hits(queries, hits, as_json):
                   f"{text[:120] + '...' if len(text) > 120 else text}")
 
 
-def run_retrieval_evaluate(args):
+def run_retrieval_evaluate(args: argparse.Namespace) -> None:
     import json
 
     from kbert.retrieval import metrics

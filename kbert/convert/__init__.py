@@ -6,15 +6,27 @@ in kbert's checkpoint keys; `convert()` turns that into a checkpoint directory. 
 `export()` calls it.
 """
 
+from __future__ import annotations
+
 import importlib
 import json
 import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from kbert import checkpoint
+from kbert.config import BertConfig
 from kbert.models import BertBackbone
 
+# A converted checkpoint's variables: {kbert key: float32 array}.
+Tensors = dict[str, np.ndarray]
+# What each source's `load` gives: (config, tensors, head options, vocabulary, lower case).
+Loaded = tuple[BertConfig, Tensors, dict[str, dict], list[str], bool]
 
-def read_json(path):
+
+def read_json(path: str | os.PathLike) -> Any:
     """A JSON file's content; broken JSON is one line naming the file."""
     with open(path, encoding="utf-8") as f:
         try:
@@ -34,7 +46,8 @@ TARGETS = {
 }
 
 
-def convert(source, src, output, dtype="float32"):
+def convert(source: str, src: str, output: str | os.PathLike,
+            dtype: str = "float32") -> checkpoint.Checkpoint:
     """Converts `src` in format `source` into a kbert checkpoint directory at `output`."""
     if source not in SOURCES:
         raise ValueError(f"unknown source format {source!r}; choose one of "
@@ -59,7 +72,7 @@ def convert(source, src, output, dtype="float32"):
                                  sentence_embedding=embedding)
 
 
-def export(target, ckpt, output):
+def export(target: str, ckpt: str | os.PathLike | checkpoint.Checkpoint, output: str) -> str:
     """Writes the kbert checkpoint `ckpt` (a directory or a loaded `Checkpoint`) as `target`.
 
     target: "hf" (a transformers `save_pretrained` directory) or "keras-hub" (a preset directory).
@@ -73,7 +86,7 @@ def export(target, ckpt, output):
     return getattr(importlib.import_module(module), function)(ckpt, output)
 
 
-def guess_lower_case(vocab, directory=None):
+def guess_lower_case(vocab: Sequence[str], directory: str | None = None) -> bool:
     """Whether a vocabulary is uncased: from the directory name (`uncased_`/`cased_`, as Google
     names its releases), else from the vocabulary (an uncased one has no capitalised word).
 

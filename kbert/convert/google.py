@@ -18,12 +18,15 @@ error that lists it. modeling.py's `gelu` is the tanh approximation, so a `"gelu
 becomes kbert's `gelu_approximate`.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Mapping
 
 import numpy as np
 
-from kbert.config import read_vocab, shown
-from kbert.convert import guess_lower_case, read_json
+from kbert.config import BertConfig, read_vocab, shown
+from kbert.convert import Loaded, Tensors, guess_lower_case, read_json
 from kbert.convert.hf import config_from_hf
 from kbert.convert.tf_checkpoint import CheckpointReader, find_checkpoint
 
@@ -40,7 +43,7 @@ def _is_optimizer_state(name):
             or name.endswith(("/adam_m", "/adam_v")))
 
 
-def read_config(path):
+def read_config(path: str) -> BertConfig:
     """BertConfig from a google-research `bert_config.json`."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{os.path.dirname(path) or '.'}: missing {CONFIG_FILE}")
@@ -77,7 +80,8 @@ def _heads(ckpt):
     return heads
 
 
-def convert_variables(ckpt, config, heads):
+def convert_variables(ckpt: CheckpointReader, config: BertConfig,
+                      heads: Mapping[str, dict]) -> tuple[Tensors, list[str]]:
     """{kbert key: array} from a reader holding google-research names; and the unused names."""
     used = set()
 
@@ -128,7 +132,7 @@ def convert_variables(ckpt, config, heads):
     return out, unused
 
 
-def load(src):
+def load(src: str) -> Loaded:
     """(config, tensors, head_options, vocab, lower_case) from a google-research checkpoint."""
     prefix = find_checkpoint(src, preferred=("bert_model.ckpt",))
     directory = src if os.path.isdir(src) else os.path.dirname(prefix)

@@ -13,21 +13,28 @@ A sentence-transformers directory (`modules.json`, `sentence_bert_config.json`,
 the checkpoint's heads.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import warnings
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from kbert.checkpoint import named_variables
 from kbert.config import BertConfig, read_vocab, shown, write_vocab
-from kbert.convert import guess_lower_case, read_json
+from kbert.convert import Loaded, Tensors, guess_lower_case, read_json
+
+if TYPE_CHECKING:   # type-only
+    from kbert.checkpoint import Checkpoint
 
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-def config_from_hf(hf):
+def config_from_hf(hf: Mapping[str, Any]) -> BertConfig:
     """BertConfig from a transformers `BertConfig` dict."""
     if hf.get("model_type", "bert") != "bert":
         raise ValueError(f"not a BERT checkpoint: model_type is {hf.get('model_type')!r}")
@@ -46,7 +53,7 @@ def config_from_hf(hf):
         initializer_range=hf.get("initializer_range", 0.02))
 
 
-def read_state_dict(path):
+def read_state_dict(path: str) -> Tensors:
     """{name: numpy array} from a safetensors or torch `.bin` file."""
     if path.endswith(".safetensors"):
         return load_file(path)
@@ -130,7 +137,8 @@ _HEAD_NAMES = {"mlm": (("mlm/transform", "cls.predictions.transform.dense", "den
                "choice": (("choice/dense", "classifier", "dense"),)}
 
 
-def convert_state_dict(state, config, heads):
+def convert_state_dict(state: Tensors, config: BertConfig,
+                       heads: Mapping[str, dict]) -> tuple[Tensors, list[str]]:
     """Renames/transposes a transformers state dict into kbert checkpoint keys."""
     state = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
                                                                       "LayerNorm.bias"): v
@@ -186,7 +194,7 @@ def convert_state_dict(state, config, heads):
     return out, unused
 
 
-def load(src):
+def load(src: str) -> Loaded:
     """(config, tensors, head_options, vocab, lower_case) from a transformers directory."""
     directory = src if os.path.isdir(src) else os.path.dirname(src)
     config_path = os.path.join(directory, "config.json")
@@ -210,7 +218,7 @@ def load(src):
     return config, tensors, heads, vocab, _lower_case(directory, vocab)
 
 
-def sentence_embedding(src):
+def sentence_embedding(src: str) -> dict[str, Any] | None:
     """{"pooling", "normalize", "max_seq_length"} of a sentence-transformers model directory,
     or None for a plain transformers one: the pooling from `1_Pooling/config.json`, whether
     `modules.json` ends with a Normalize module, and the longest input it was trained on
@@ -219,7 +227,7 @@ def sentence_embedding(src):
     path = os.path.join(directory, "sentence_bert_config.json")
     if not os.path.isfile(path):
         return None
-    options = {}
+    options: dict[str, Any] = {}
     length = read_json(path).get("max_seq_length")
     if isinstance(length, int) and not isinstance(length, bool) and length >= 2:
         options["max_seq_length"] = length
@@ -261,7 +269,8 @@ _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PA
                    "cls_token": "[CLS]", "mask_token": "[MASK]"}
 
 
-def config_to_hf(config, architecture, head_options):
+def config_to_hf(config: BertConfig, architecture: str,
+                 head_options: Mapping[str, dict]) -> dict[str, Any]:
     """A transformers `BertConfig` dict for a kbert config and its heads."""
     if config.causal:
         raise ValueError("a causal (left-to-right) encoder has no transformers BERT equivalent; "
@@ -288,7 +297,9 @@ def config_to_hf(config, architecture, head_options):
     return hf
 
 
-def to_state_dict(tensors, config, heads, prefix="bert.", pooler=True):
+def to_state_dict(tensors: Mapping[str, np.ndarray], config: BertConfig,
+                  heads: Collection[str], prefix: str = "bert.",
+                  pooler: bool = True) -> Tensors:
     """{transformers name: array} from kbert checkpoint keys (the inverse of
     `convert_state_dict`); the tied MLM decoder is left to transformers to re-tie."""
     out = {}
@@ -327,7 +338,7 @@ def to_state_dict(tensors, config, heads, prefix="bert.", pooler=True):
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
-def export_hf(ckpt, output):
+def export_hf(ckpt: Checkpoint, output: str) -> str:
     """Writes a loaded kbert `Checkpoint` as a transformers `save_pretrained` directory.
 
     The class (in config.json's `architectures`) follows the heads: BertForPreTraining for

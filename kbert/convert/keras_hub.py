@@ -17,15 +17,24 @@ outputs slightly (~1e-3); a warning says so. Heads keras-hub has no class for ar
 warning.
 """
 
+from __future__ import annotations
+
 import os
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from keras import ops
 
 from kbert.checkpoint import named_variables
 from kbert.config import BertConfig, read_vocab
-from kbert.convert import guess_lower_case, read_json
+from kbert.convert import Loaded, guess_lower_case, read_json
+
+if TYPE_CHECKING:   # type-only
+    from kbert.checkpoint import Checkpoint
+
+# (kbert key, keras-hub variable, the kbert shape when it differs, else None)
+VariablePair = tuple[str, Any, Any]
 
 _TASKS = {"BertMaskedLM": "mlm", "BertTextClassifier": "classifier"}
 _KH_LAYER_NORM_EPSILON = 1e-12
@@ -44,7 +53,7 @@ def _norm(key, layer):
     return [(f"{key}/gamma", layer.gamma, None), (f"{key}/beta", layer.beta, None)]
 
 
-def backbone_pairs(backbone):
+def backbone_pairs(backbone: Any) -> list[VariablePair]:
     """[(kbert key, keras-hub variable, kbert shape or None)] for a keras-hub BertBackbone.
 
     The query/key/value projections are not in the list: see `qkv_layers`.
@@ -69,14 +78,14 @@ def backbone_pairs(backbone):
     return pairs
 
 
-def qkv_layers(backbone):
+def qkv_layers(backbone: Any) -> dict[str, tuple[Any, Any, Any]]:
     """{kbert layer prefix: (query, key, value) EinsumDense layers} ([H, N, D] kernels)."""
     return {f"backbone/layer_{i}/": (a.query_dense, a.key_dense, a.value_dense)
             for i, a in ((i, blk._self_attention_layer)
                          for i, blk in enumerate(backbone.transformer_layers))}
 
 
-def head_pairs(task):
+def head_pairs(task: Any) -> tuple[str, list[VariablePair]]:
     """(head name, [(kbert key, variable, kbert shape)]) for a BertMaskedLM/BertTextClassifier."""
     if hasattr(task, "masked_lm_head"):
         head = task.masked_lm_head
@@ -117,7 +126,7 @@ def _load_model(directory, src):
     return keras_hub.models.BertBackbone.from_preset(directory), None
 
 
-def load(src):
+def load(src: str) -> Loaded:
     """(config, tensors, head_options, vocab, lower_case) from a keras-hub preset."""
     directory = src if os.path.isdir(src) else os.path.dirname(src)
     backbone, task = _load_model(directory, src)
@@ -152,7 +161,7 @@ def load(src):
     return config, tensors, heads, vocab, bool(lower)
 
 
-def export_keras_hub(ckpt, output):
+def export_keras_hub(ckpt: Checkpoint, output: str) -> str:
     """Writes a loaded kbert `Checkpoint` as a keras-hub preset directory at `output`."""
     import keras_hub  # optional (kbert[convert]); it imports TensorFlow
 

@@ -22,15 +22,18 @@ transform, dropout 0.1, LayerNorm epsilon 1e-12).
 Optimizer slots and step counters are skipped; any other variable is an error that lists it.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import re
 import warnings
+from typing import Any
 
 import numpy as np
 
 from kbert.config import BertConfig, read_vocab, shown
-from kbert.convert import guess_lower_case
+from kbert.convert import Loaded, Tensors, guess_lower_case
 from kbert.convert.tf_checkpoint import CheckpointReader, find_checkpoint
 
 CONFIG_FILES = ("params.yaml", "params.json", "encoder_config.yaml", "encoder_config.json",
@@ -50,7 +53,7 @@ def _is_bookkeeping(name):
             or re.search(r"\.pooler_dense/(kernel|bias)$", name) is not None)
 
 
-def read_options(directory):
+def read_options(directory: str) -> tuple[dict[str, Any], str, str | None]:
     """(encoder options dict, MLM activation or "" when unsaid, path) from a config file."""
     for name in CONFIG_FILES:
         path = os.path.join(directory, name)
@@ -130,7 +133,8 @@ class _Layout:
                                   if n.endswith("out_proj/kernel"))
 
 
-def read_config(ckpt, layout, options, path):
+def read_config(ckpt: CheckpointReader, layout: _Layout, options: dict[str, Any],
+                path: str | None) -> BertConfig:
     """BertConfig from the checkpoint's shapes and the config file's options."""
     vocab, hidden = ckpt.shapes.get(layout.word) or ckpt.shapes[layout.mlm + "embedding_table"]
     q = ckpt.shapes[layout.blocks[0] + "_attention_layer/_query_dense/kernel"]     # [H, N, D]
@@ -155,9 +159,11 @@ def read_config(ckpt, layout, options, path):
         initializer_range=options.get("initializer_range", 0.02))
 
 
-def convert_variables(ckpt, layout, config):
+def convert_variables(ckpt: CheckpointReader, layout: _Layout,
+                      config: BertConfig) -> tuple[Tensors, dict[str, dict], list[str]]:
     """({kbert key: array}, head options, unused names) for an encoder and its heads."""
-    used, out, heads = set(), {}, {}
+    heads: dict[str, dict] = {}
+    used, out = set(), {}
 
     def get(name):
         used.add(name)
@@ -220,7 +226,7 @@ def convert_variables(ckpt, layout, config):
     return out, heads, unused
 
 
-def load(src):
+def load(src: str) -> Loaded:
     """(config, tensors, head_options, vocab, lower_case) from a Model Garden checkpoint."""
     prefix = find_checkpoint(src)
     directory = src if os.path.isdir(src) else os.path.dirname(prefix)

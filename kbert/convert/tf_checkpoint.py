@@ -4,8 +4,11 @@ Shared by the google-research and Model Garden importers. Reading needs TensorFl
 reader only, whatever the Keras backend.
 """
 
+from __future__ import annotations
+
 import glob
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -13,7 +16,7 @@ _SUFFIXES = (".index", ".meta")
 _OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-def find_checkpoint(src, preferred=()):
+def find_checkpoint(src: str, preferred: Sequence[str] = ()) -> str:
     """The checkpoint prefix for `src`: a prefix, one of its files, or a directory holding one.
 
     In a directory: the one its `checkpoint` file points at, else a `preferred` prefix name,
@@ -73,7 +76,7 @@ class CheckpointReader:
     def __contains__(self, name):
         return name in self.shapes
 
-    def get(self, name):
+    def get(self, name: str) -> np.ndarray:
         """The value of variable `name` as float32; a ValueError naming it when absent."""
         if name not in self.shapes:
             raise ValueError(f"{self.prefix}: missing variable {name}")

@@ -18,9 +18,13 @@ Example:
 >>> model.fit(PretrainingBatches(arrays, 256, steps_per_epoch=500))  # doctest: +SKIP
 """
 
+from __future__ import annotations
+
 import multiprocessing
 import os
 import random
+from collections.abc import Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -28,12 +32,16 @@ import numpy as np
 from kbert.config import check_special_tokens
 from kbert.data.instances import FEATURES, Options
 
+# Named arrays: features [N, ...] (FEATURES), or `token_documents`' tokens and lengths.
+Arrays = dict[str, np.ndarray]
+
 INPUTS = ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")  # the model's inputs
 OBJECTIVES = ("mlm_nsp", "mlm", "ltr")
 
 
 # --- to arrays (TensorFlow) and back ------------------------------------------------------------
-def token_documents(files, vocab, lower_case=True):
+def token_documents(files: Sequence[str], vocab: str | list[str],
+                    lower_case: bool = True) -> dict[str, Any]:
     """Text files → {"tokens", "sentence_lengths", "document_lengths", "vocab"}: every
     document's sentences as WordPiece ids (uint16 for vocabularies under 65,536 tokens), the
     sentence splitting and tokenizing of `kbert create-pretraining-data` (TensorFlow Text)."""
@@ -56,7 +64,7 @@ def token_documents(files, vocab, lower_case=True):
             "vocab": np.asarray(vocab)}
 
 
-def from_dataset(ds, keys=FEATURES):
+def from_dataset(ds: Any, keys: Sequence[str] = FEATURES) -> Arrays:
     """A tf.data stream of feature-dict batches → one dict of arrays (`keys` of them)."""
     parts = [{k: v.numpy() for k, v in batch.items() if k in keys} for batch in ds]
     if not parts:
@@ -64,7 +72,7 @@ def from_dataset(ds, keys=FEATURES):
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def save(path, arrays):
+def save(path: str | os.PathLike, arrays: dict[str, Any]) -> None:
     """Writes `arrays` to a compressed `.npz`, atomically."""
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}.npz"
@@ -72,7 +80,7 @@ def save(path, arrays):
     os.replace(tmp, path)
 
 
-def load(path):
+def load(path: str | os.PathLike) -> dict[str, Any]:
     """The dict of arrays in a `.npz`, loaded into memory, integers as int32 (whatever type
     they were stored in)."""
     with np.load(path) as data:
@@ -80,7 +88,7 @@ def load(path):
                 for k in data.files}
 
 
-def documents(data):
+def documents(data: dict[str, Any]) -> list[list[list[int]]]:
     """The {"tokens", "sentence_lengths", "document_lengths"} arrays → documents, each a list
     of sentences, each a list of ids."""
     tokens = data["tokens"].astype(np.int64).tolist()
@@ -116,7 +124,9 @@ def _instances(job):
     return out
 
 
-def segment_pairs(data, options=Options(), workers=None):
+def segment_pairs(data: dict[str, Any],
+                  options: Options = Options(),
+                  workers: int | None = None) -> Arrays:
     """`token_documents`' arrays → BERT's pretraining features as arrays (`FEATURES`, padded),
     `options.dupe_factor` passes over the documents with different masks and pairs, shuffled.
 
@@ -156,7 +166,7 @@ def segment_pairs(data, options=Options(), workers=None):
 
 
 # --- masking and targets (NumPy twins of kbert.data.inputs) --------------------------------------
-def unmask(arrays):
+def unmask(arrays: Arrays) -> Arrays:
     """The original tokens put back at the masked positions."""
     ids = np.array(arrays["input_ids"], copy=True)
     rows, cols = np.nonzero(arrays["masked_lm_weights"] > 0)
@@ -213,7 +223,7 @@ class DynamicMasking:
                     masked_lm_weights=np.pad(chosen, pad).astype(np.float32))
 
 
-def targets(arrays, objective="mlm_nsp"):
+def targets(arrays: Arrays, objective: str = "mlm_nsp") -> tuple[Any, Any, Any]:
     """Feature arrays → the (x, y, sample_weight) of a pretraining objective: "mlm_nsp" (the
     paper's), "mlm" (no NSP), "ltr" (left-to-right LM: masks put back, label t = token t + 1,
     weight 1 where that token is real); twins of `kbert.data.inputs.targets_for`."""
@@ -262,7 +272,7 @@ class PretrainingBatches(keras.utils.PyDataset):
     def __len__(self):
         return self.steps_per_epoch
 
-    def on_epoch_end(self):
+    def on_epoch_end(self) -> None:
         self.epoch += 1
 
     def _order(self, p):

@@ -24,10 +24,14 @@ Where it differs, on purpose:
   `[PAD]`, `[unused*]`, …).
 """
 
+from __future__ import annotations
+
 import collections
 import hashlib
 import itertools
 import random
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,17 +42,21 @@ Instance = collections.namedtuple(
     "Instance", "input_ids segment_ids masked_lm_positions masked_lm_ids is_random_next")
 
 
-class Options(collections.namedtuple("Options", [
-        "max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob",
-        "dupe_factor", "whole_word_mask", "seed"])):
+class Options(NamedTuple):
     """The knobs of `create_pretraining_data`, with the original defaults."""
-    __slots__ = ()
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 10
+    whole_word_mask: bool = False
+    seed: int = 12345
+
+# A tokenized corpus: documents, each a list of sentences, each a list of token ids.
+Documents = Sequence[Sequence[Sequence[int]]]
 
 
-Options.__new__.__defaults__ = (128, 20, 0.15, 0.1, 10, False, 12345)
-
-
-def check_options(options):
+def check_options(options: Options) -> None:
     """Refuses, in one line, options that would fail deep inside or make wrong data.
 
     >>> check_options(Options(masked_lm_prob=2))
@@ -84,7 +92,8 @@ class Vocabulary:
             raise ValueError("vocabulary has no tokens besides the special ones")
 
 
-def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
+def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int,
+                      rng: random.Random) -> None:
     """Cut the longer list, one token at a time from its front or back at random, until the pair
     fits (in place). How many tokens each list loses depends on the lengths alone; each cut is
     from the front with probability 1/2, so one draw of random bits decides them all.
@@ -117,7 +126,8 @@ def _cuts(len_a, len_b, max_num_tokens):
 Pair = collections.namedtuple("Pair", "tokens len_a is_random_next")
 
 
-def create_pairs_from_document(documents, index, options, vocab, rng):
+def create_pairs_from_document(documents: Documents, index: int, options: Options,
+                               vocab: Vocabulary, rng: random.Random) -> list[Pair]:
     """One document (a list of sentences, each a list of ids) → its sentence pairs (`Pair`s)."""
     document = documents[index]
     max_num_tokens = options.max_seq_length - 3
@@ -141,7 +151,7 @@ def create_pairs_from_document(documents, index, options, vocab, rng):
             if current_chunk:
                 a_end = rng.randint(1, len(current_chunk) - 1) if len(current_chunk) >= 2 else 1
                 tokens_a = [t for s in current_chunk[:a_end] for t in s]
-                tokens_b = []
+                tokens_b: list[int] = []
                 if is_random_next:
                     target_b_length = target_seq_length - len(tokens_a)
                     for _ in range(10):
@@ -165,7 +175,7 @@ def create_pairs_from_document(documents, index, options, vocab, rng):
     return pairs
 
 
-def pad_pairs(pairs, max_seq_length):
+def pad_pairs(pairs: Sequence[Pair], max_seq_length: int) -> dict[str, np.ndarray]:
     """`Pair`s → `input_ids`, `segment_ids`, `input_mask` [N, T] and `next_sentence_labels`
     [N, 1], int64 numpy arrays, zero-padded."""
     n = len(pairs)
@@ -182,7 +192,9 @@ def pad_pairs(pairs, max_seq_length):
             "next_sentence_labels": labels}
 
 
-def mask_tokens(input_ids, input_mask, options, vocab, rng):
+def mask_tokens(input_ids: np.ndarray, input_mask: np.ndarray, options: Options,
+                vocab: Vocabulary, rng: np.random.Generator,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Masked LM on padded rows of `[CLS] A [SEP] B [SEP]`, all rows at once (NumPy).
 
     Each row predicts `min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))` of its
@@ -247,7 +259,8 @@ def _whole_words(input_ids, eligible, keys, k, vocab):
     return selected
 
 
-def create_instances_from_document(documents, index, options, vocab, rng):
+def create_instances_from_document(documents: Documents, index: int, options: Options,
+                                   vocab: Vocabulary, rng: random.Random) -> list[Instance]:
     """One document → its masked training instances (`Instance`s of lists), `rng` a
     `random.Random`; `write_block` does the same for a whole block at once."""
     pairs = create_pairs_from_document(documents, index, options, vocab, rng)
@@ -272,7 +285,8 @@ def _generator(*parts):
     return np.random.default_rng(int.from_bytes(digest[:16], "little"))
 
 
-def make_features(documents, index, options, masking):
+def make_features(documents: Documents, index: int, options: Options,
+                  masking: Vocabulary) -> dict[str, np.ndarray] | None:
     """A block's tokenized documents → its feature arrays (rows of `FEATURES`), shuffled; every
     random choice is seeded by (seed, block index), so a block gives the same rows anywhere."""
     pairs = []

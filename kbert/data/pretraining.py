@@ -16,6 +16,14 @@ purpose — is `kbert.data.instances`'s. What this module adds:
   (default: every usable CPU).
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
+    from kbert.tokenizer import Tokenizer
+
 import collections
 import itertools
 import os
@@ -47,7 +55,8 @@ from kbert.data.tfrecords import (  # noqa: F401  (re-exported)
 )
 
 
-def iter_blocks(paths, input_format="auto", block_size=20000, report=None):
+def iter_blocks(paths: Sequence[str], input_format: str = "auto", block_size: int = 20000,
+                report: InputReport | None = None) -> Iterator[list[list[str]]]:
     """Group the documents of `paths` into blocks of about `block_size` sentences."""
     block, size = [], 0
     for document in read_documents(paths, input_format, report):
@@ -73,7 +82,8 @@ def _tokenizer(vocab, lower_case):
     return _TOKENIZERS[key]
 
 
-def tokenize_documents(block, tokenizer, batch_size=4096):
+def tokenize_documents(block: Sequence[Sequence[str]], tokenizer: Tokenizer,
+                       batch_size: int = 4096) -> list[list[list[int]]]:
     """Documents of sentence strings → documents of id lists (empty ones dropped)."""
     sentences = [s for document in block for s in document]
     ids = []
@@ -88,7 +98,9 @@ def tokenize_documents(block, tokenizer, batch_size=4096):
     return documents
 
 
-def write_block(index, block, vocab, lower_case, options, output_dir):
+def write_block(index: int, block: Sequence[Sequence[str]], vocab: Sequence[str],
+                lower_case: bool, options: Options,
+                output_dir: str) -> tuple[int, collections.Counter]:
     """One block of documents → one shard (written atomically); returns its statistics."""
     import tensorflow as tf
     tokenizer = _tokenizer(vocab, lower_case)
@@ -123,16 +135,19 @@ def _count(stats, features, masking):
                  as_same=as_same, as_random=int(real.sum()) - as_mask - as_same)
 
 
-def usable_cpus():
+def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask), the default number of workers."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
 
 
-def create_pretraining_data(paths, vocab, output_dir, options=Options(), lower_case=True,
-                            workers=None, input_format="auto", block_size=20000, progress=True,
-                            overwrite=False):
+def create_pretraining_data(paths: Sequence[str], vocab: str | list[str], output_dir: str,
+                            options: Options = Options(),
+                            lower_case: bool = True,
+                            workers: int | None = None, input_format: str = "auto",
+                            block_size: int = 20000, progress: bool = True,
+                            overwrite: bool = False) -> collections.Counter:
     """Text files → TFRecord shards in `output_dir`; returns the totals (a Counter).
 
     Args:
@@ -216,7 +231,7 @@ def _write_blocks(blocks, arguments, workers, progress):
     return totals
 
 
-def summary(totals):
+def summary(totals: collections.Counter) -> list[str]:
     """The totals of `create_pretraining_data` as readable lines."""
     eligible, masked = max(totals["eligible"], 1), max(totals["masked"], 1)
     lines = [

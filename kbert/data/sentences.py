@@ -14,8 +14,11 @@ Two input layouts are read (see `read_documents`):
   documents, several documents per file; lines are taken as sentences as they are.
 """
 
+from __future__ import annotations
+
 import os
 import re
+from collections.abc import Iterator, Sequence
 
 ABBREVIATIONS = frozenset("""
 mr mrs ms dr prof sr jr st mt ft gen col capt lt sgt maj cmdr adm gov sen rep rev hon pres
@@ -43,7 +46,7 @@ def _is_boundary(text, match):
     return not (word.lower() in ABBREVIATIONS or _DOTTED.match(word))
 
 
-def split_sentences(paragraph):
+def split_sentences(paragraph: str) -> list[str]:
     """One paragraph → its sentences, stripped, in order.
 
     >>> split_sentences('Mr. Smith paid $3.50 at 5 p.m. today. "Really?" she asked. Yes!')
@@ -67,12 +70,12 @@ class InputReport:
         self.documents = 0
         self.replaced = {}   # file → number of undecodable byte sequences replaced
 
-    def summary(self):
+    def summary(self) -> str:
         return "; ".join(f"{path}: {n} undecodable byte(s) replaced"
                          for path, n in self.replaced.items())
 
 
-def check_inputs(paths):
+def check_inputs(paths: Sequence[str]) -> None:
     """Fail early, naming the file, when an input is missing or not a file."""
     if not paths:
         raise ValueError("no input files given")
@@ -102,7 +105,7 @@ def _read_text(path, report):
     return text
 
 
-def detect_format(lines):
+def detect_format(lines: Sequence[str]) -> str:
     """`sentences` when two non-empty lines follow each other, else `documents`."""
     previous = ""
     for line in lines:
@@ -112,7 +115,8 @@ def detect_format(lines):
     return "documents"
 
 
-def read_documents(paths, input_format="auto", report=None):
+def read_documents(paths: Sequence[str], input_format: str = "auto",
+                   report: InputReport | None = None) -> Iterator[list[str]]:
     """Yield documents, each a list of sentences (strings), streaming file by file.
 
     Args:

@@ -25,14 +25,18 @@ Example:
 >>> ds = ds.map(pretraining_targets)                                        # doctest: +SKIP
 """
 
+from __future__ import annotations
+
 import math
 import os
+from typing import Any
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.data.inputs import DynamicMasking
 from kbert.data.sentences import ABBREVIATIONS, check_inputs
+from kbert.hints import Tensor
 from kbert.tokenizer import Tokenizer
 
 MODES = ("nsp", "full_sentences")
@@ -48,7 +52,7 @@ _LINE_END = r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x{85}\x{2028}\x{2029}]"
 
 
 # --- text → documents of sentences ---------------------------------------------------------------
-def split_sentences_graph(lines, split=None):
+def split_sentences_graph(lines: Tensor, split: Tensor = None) -> Tensor:
     """Lines [L] → their sentences, a RaggedTensor [L, (S)] of strings.
 
     `kbert.data.sentences.split_sentences` in TensorFlow ops, the same rules: a sentence ends
@@ -109,7 +113,7 @@ class _Abbreviations:
 _ABBREVIATIONS = _Abbreviations()
 
 
-def read_group(files, input_format="auto"):
+def read_group(files: Tensor, input_format: str = "auto") -> tuple[Tensor, Tensor]:
     """Files [F] → (sentences [S] strings, document index of each [S]), in reading order.
 
     The layouts of `kbert.data.sentences.read_documents`: `documents` (one document per file,
@@ -139,7 +143,8 @@ def read_group(files, input_format="auto"):
     return sentences.flat_values, tf.gather(document, sentences.value_rowids())
 
 
-def tokenize_group(tokenizer, sentences, document):
+def tokenize_group(tokenizer: Tokenizer, sentences: Tensor,
+                   document: Tensor) -> tuple[Tensor, Tensor]:
     """Sentences → (token ids [S, (T)], first-of-its-document flags [S]) without empty
     sentences (documents left empty disappear)."""
     ids = tokenizer.tokenize(sentences)
@@ -151,7 +156,8 @@ def tokenize_group(tokenizer, sentences, document):
 
 
 # --- sentences → sequences -----------------------------------------------------------------------
-def full_sentence_instances(ids, new_document, max_seq_length, sep_id, cls_id):
+def full_sentence_instances(ids: Tensor, new_document: Tensor, max_seq_length: int,
+                            sep_id: int, cls_id: int) -> tuple[Tensor, Tensor]:
     """RoBERTa's FULL-SENTENCES: sentences packed in order into `[CLS] ... [SEP]` sequences of
     at most `max_seq_length` tokens, across documents with a `[SEP]` between two; a sentence
     longer than a sequence is cut into pieces. Returns (ids, segment ids) [N, (T)]."""
@@ -198,8 +204,9 @@ def _wrap(rows, first, last):
                       tf.fill([n, 1], tf.constant(last, tf.int64))], axis=1)
 
 
-def nsp_instances(ids, new_document, max_seq_length, sep_id, cls_id, seeds,
-                  short_seq_prob=0.1):
+def nsp_instances(ids: Tensor, new_document: Tensor, max_seq_length: int, sep_id: int,
+                  cls_id: int, seeds: Tensor,
+                  short_seq_prob: float = 0.1) -> tuple[Tensor, Tensor, Tensor]:
     """BERT's segment pairs `[CLS] A [SEP] B [SEP]` with next sentence labels (1 = NotNext).
 
     As google-research's `create_instances_from_document` (`kbert.data.pretraining`): whole
@@ -286,13 +293,13 @@ def _truncated_spans(a_start, a_end, b_start, b_end, limit, seed):
 
 
 # --- the pipeline --------------------------------------------------------------------------------
-def split_source(num_groups, epochs=None):
+def split_source(num_groups: int, epochs: int | None = None) -> tf.data.Dataset:
     """The splittable source: element `i` is group `i % num_groups` of epoch `i // num_groups`
     (endless when `epochs` is None). tf.data service hands these out one by one."""
     return tf.data.Dataset.range(num_groups * epochs if epochs else 2 ** 62)
 
 
-def group_files(files, index, files_per_group, seed):
+def group_files(files: list[str], index: Tensor, files_per_group: int, seed: int) -> Tensor:
     """The files of source element `index`: the files shuffled anew each epoch (seeded by
     (seed, epoch)), then cut into groups of `files_per_group`."""
     n = len(files)
@@ -304,7 +311,7 @@ def group_files(files, index, files_per_group, seed):
     return tf.gather(tf.constant(files), take)
 
 
-def text_pretraining_dataset(files: list[str], vocab, batch_size: int,
+def text_pretraining_dataset(files: list[str], vocab: str | list[str], batch_size: int,
                              max_seq_length: int = 128, max_predictions_per_seq: int = 20,
                              mode: str = "nsp", masked_lm_prob: float = 0.15,
                              short_seq_prob: float = 0.1, lower_case: bool = True,
@@ -407,7 +414,7 @@ class _GroupFeatures:
 
 
 # --- tf.data service -----------------------------------------------------------------------------
-def serve_dispatcher(port: int = 5050, work_dir: str | None = None):
+def serve_dispatcher(port: int = 5050, work_dir: str | None = None) -> Any:
     """Starts a tf.data service dispatcher on `port` (0: any free one); returns the server,
     whose `target` (`grpc://localhost:PORT`) the trainer and workers connect to.
 
@@ -419,7 +426,7 @@ def serve_dispatcher(port: int = 5050, work_dir: str | None = None):
 
 
 def serve_worker(dispatcher: str, port: int = 0, worker_address: str | None = None,
-                 heartbeat_ms: int | None = None):
+                 heartbeat_ms: int | None = None) -> Any:
     """Starts a tf.data service worker of `dispatcher` (host:port); returns the server.
 
     `worker_address` is how the trainer reaches this worker (`host:%port%`, the default

@@ -60,7 +60,7 @@ class _Column:
         return header + self.data[start:end]
 
 
-def serialize_examples(features):
+def serialize_examples(features: dict[str, np.ndarray]) -> list[bytes]:
     """Feature arrays (rows of `FEATURES`) → serialized `tf.train.Example`s, one a row, the
     bytes `SerializeToString(deterministic=True)` gives (map entries in key order).
 
@@ -86,12 +86,12 @@ def remove_file(path: str) -> None:
 SHARD_NAME = "shard-{:05d}.tfrecord"
 
 
-def is_shard(name):
+def is_shard(name: str) -> bool:
     """A shard this module writes, or a temporary one an interrupted run left behind."""
     return name.startswith("shard-") and (name.endswith(".tfrecord") or ".tfrecord.tmp" in name)
 
 
-def prepare_output(output_dir, overwrite=False):
+def prepare_output(output_dir: str, overwrite: bool = False) -> list[str]:
     """Creates `output_dir`, or checks it is empty; `overwrite` removes the shards an earlier
     run left there (and nothing else). Returns the names removed.
 

@@ -24,11 +24,15 @@ Example:
 >>> run("results/", arrays="plan/")          # a GPU machine     # doctest: +SKIP
 """
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
 import shutil
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kbert.experiments import report, sources
 from kbert.experiments.units import Units
@@ -57,7 +61,7 @@ TASKS = {
 }
 # Dev scores of BERT-base (paper, Table 5) and of RoBERTa's FULL-SENTENCES row (RoBERTa
 # paper, Table 2; no MRPC there).
-PAPER = {
+PAPER: dict[str, dict[str, float | None]] = {
     "bert": {"sst2": 92.7, "mrpc": 86.7, "squad": 88.5},
     "no_nsp": {"sst2": 92.6, "mrpc": 86.5, "squad": 87.9},
     "ltr": {"sst2": 92.1, "mrpc": 77.5, "squad": 77.8},
@@ -98,7 +102,8 @@ QUICK = Plan(config="tiny", documents=24, held_out_every=8, max_seq_length=64,
              max_train_examples=16, max_dev_examples=16, seeds=1, jit_compile=False)
 
 
-def run_variant(units, source, work, name, tasks, plan):
+def run_variant(units: Units, source: sources.Shards | sources.Arrays, work: str, name: str,
+                tasks: Sequence[str], plan: Plan) -> dict[str, Any]:
     """Units "pretrain-NAME" (checkpoint, curve, held-out scores) and
     "finetune-NAME-TASK-seedS" (best-epoch dev scores); a fine-tuned checkpoint is removed
     once scored, the pretrained one is kept in `work/checkpoints/NAME`."""
@@ -110,7 +115,7 @@ def run_variant(units, source, work, name, tasks, plan):
         units.forget(f"pretrain-{name}")        # its checkpoint is needed, and gone
     pretrained = units.run(f"pretrain-{name}",
                            lambda: source.pretrain(name, VARIANTS[name], ckpt))
-    cells = {}
+    cells: dict[str, list] = {}
     for task in tasks:
         cells[task] = []
         for seed in range(plan.seeds):
@@ -132,8 +137,11 @@ def _plan(quick, seeds, steps, mixed_precision=None):
         if v is not None})
 
 
-def run(output, quick=False, variants=None, tasks=None, seeds=None, shared=None,
-        vocab=None, steps=None, mixed_precision=None, arrays=None, work=None, log=print):
+def run(output: str, quick: bool = False, variants: Sequence[str] | None = None,
+        tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
+        shared: str | None = None, vocab: str | None = None, steps: int | None = None,
+        mixed_precision: str | None = None, arrays: str | None = None, work: str | None = None,
+        log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Runs (or resumes) every unit and writes `ablations.md`, `ablations.json`, `curves.png`.
 
     Args:
@@ -155,6 +163,7 @@ def run(output, quick=False, variants=None, tasks=None, seeds=None, shared=None,
     output = os.path.abspath(output)
     work = os.path.abspath(work or os.path.join(output, "work"))
     units = Units(output, log)
+    source: sources.Shards | sources.Arrays
     if arrays:
         with open(os.path.join(arrays, "plan.json"), encoding="utf-8") as f:
             exported = json.load(f)
@@ -181,7 +190,7 @@ def run(output, quick=False, variants=None, tasks=None, seeds=None, shared=None,
         keras.mixed_precision.set_global_policy(plan.mixed_precision)
     _cache_compiles(work)
     started = time.perf_counter()
-    results = {"plan": dataclasses.asdict(plan), "variants": {}}
+    results: dict[str, Any] = {"plan": dataclasses.asdict(plan), "variants": {}}
     for name in variants:
         results["variants"][name] = run_variant(units, source, work, name, tasks, plan)
     results["seconds_this_run"] = round(time.perf_counter() - started, 1)
@@ -189,8 +198,10 @@ def run(output, quick=False, variants=None, tasks=None, seeds=None, shared=None,
     return results
 
 
-def export(folder, quick=False, variants=None, tasks=None, seeds=None, shared=None, vocab=None,
-           steps=None, mixed_precision=None, log=print):
+def export(folder: str, quick: bool = False, variants: Sequence[str] | None = None,
+           tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
+           shared: str | None = None, vocab: str | None = None, steps: int | None = None,
+           mixed_precision: str | None = None, log: Callable[[str], Any] = print) -> int:
     """Writes what `run(arrays=folder)` needs on a machine without TensorFlow: `plan.json` (the
     plan, fixed here) and `sources.export_data`'s files (tokenized here, with TensorFlow Text).
     Returns the folder's size in bytes."""
@@ -199,9 +210,9 @@ def export(folder, quick=False, variants=None, tasks=None, seeds=None, shared=No
     variants = _choose(variants, VARIANTS, "variant")
     tasks = _choose(tasks, TASKS, "task")
     shared = shared or os.environ.get("KBERT_SHARED_DATA") or _default_shared()
-    vocab = list(read_vocab(vocab or _default_vocab()))
+    tokens = list(read_vocab(vocab or _default_vocab()))
     sources.export_data(folder, plan, {v: VARIANTS[v] for v in variants},
-                        {t: TASKS[t][:2] for t in tasks}, shared, vocab, log)
+                        {t: TASKS[t][:2] for t in tasks}, shared, tokens, log)
     report.write_atomic(os.path.join(folder, "plan.json"), json.dumps(
         {"plan": dataclasses.asdict(plan), "quick": quick, "variants": variants,
          "tasks": tasks}, indent=2))
@@ -239,7 +250,7 @@ def _default_vocab():
     return os.path.join(checkpoint_lib.resolve("minilm-l6-mlm-nsp"), "vocab.txt")
 
 
-def table_rows(results, tasks):
+def table_rows(results: dict[str, Any], tasks: Sequence[str]) -> list[list[str]]:
     """One row per variant: held-out accuracies, then each task's mean ± std (and the paper's)."""
     rows = []
     for name, r in results["variants"].items():
@@ -259,7 +270,8 @@ def _pct(value):
     return "—" if value is None else f"{100 * value:.1f}"
 
 
-def write_results(output, results, tasks, quick):
+def write_results(output: str, results: dict[str, Any], tasks: Sequence[str],
+                  quick: bool) -> None:
     """`ablations.md`, `ablations.json` and `curves.png` in `output`, each atomically."""
     header = ["Pretraining", "held-out MLM acc", "held-out NSP acc", "held-out next-token acc"]
     for task in tasks:

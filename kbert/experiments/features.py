@@ -13,9 +13,13 @@ Example:
 ...              "conll2003/valid.txt")
 """
 
+from __future__ import annotations
+
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -23,7 +27,11 @@ import numpy as np
 from kbert import checkpoint as checkpoint_lib
 from kbert.experiments.units import Units
 from kbert.finetune import batching, ner
+from kbert.hints import Tensor
 from kbert.tokenizer import Tokenizer
+
+# One sentence for the tagger: word features [words, F] and their label ids (or None).
+Row = tuple[np.ndarray, Any]
 
 # Hidden layers cached per word: the embeddings (0) and the last four (hidden_states[-4:]).
 CACHED_LAYERS = (0, -4, -3, -2, -1)
@@ -48,16 +56,17 @@ class HiddenLayers(keras.Model):
         super().__init__(**kwargs)
         self.backbone, self.layers_wanted = backbone, tuple(layers)
 
-    def call(self, inputs):
+    def call(self, inputs: dict[str, Tensor]) -> Tensor:
         states = self.backbone(inputs, training=False, output_hidden_states=True)["hidden_states"]
         return keras.ops.stack([states[i] for i in self.layers_wanted], axis=2)
 
 
-def word_features(model, encoded, batch_size=64):
+def word_features(model: HiddenLayers, encoded: ner.NerFeatures,
+                  batch_size: int = 64) -> tuple[np.ndarray, list[int]]:
     """float16 [words, len(layers), H]: each kept word's first-piece hidden states, sentence by
     sentence in order, and the word count of each sentence."""
     inputs = {k: encoded.features[k] for k in ("input_ids", "segment_ids", "input_mask")}
-    per_sentence = [None] * len(encoded.word_positions)
+    per_sentence: list = [None] * len(encoded.word_positions)
     for index, batch in batching.batches(inputs, batch_size, bucket=True, multiple=16):
         states = np.asarray(model.predict_on_batch(batch), "float16")       # [B, T, L, H]
         for row, i in enumerate(index):
@@ -66,7 +75,7 @@ def word_features(model, encoded, batch_size=64):
     return np.concatenate(per_sentence), counts
 
 
-def combine(cached, how, layers):
+def combine(cached: np.ndarray, how: str, layers: Sequence[int]) -> np.ndarray:
     """[words, L, H] cached layers → [words, F] features of one Table 7 row."""
     chosen = cached[:, layers].astype("float32")
     if how == "sum":
@@ -98,7 +107,7 @@ def _padded(rows, index, width_multiple=8):
     return x, y, w
 
 
-def bilstm_tagger(dim, num_labels, units=128):
+def bilstm_tagger(dim: int, num_labels: int, units: int = 128) -> keras.Model:
     """features [B, W, F] → tag logits [B, W, labels]: a one-layer BiLSTM and a dense layer."""
     x = keras.Input((None, dim))
     mask = keras.Input((None,))
@@ -107,7 +116,8 @@ def bilstm_tagger(dim, num_labels, units=128):
     return keras.Model([x, mask], keras.layers.Dense(num_labels)(h))
 
 
-def train_tagger(train_rows, dev_rows, num_labels, epochs=3, batch_size=32, seed=0):
+def train_tagger(train_rows: Sequence[Row], dev_rows: Sequence[Row], num_labels: int,
+                 epochs: int = 3, batch_size: int = 32, seed: int = 0) -> list[np.ndarray]:
     """Trains a BiLSTM tagger on [(features, label ids)] sentences; returns dev predictions
     (label ids per sentence)."""
     keras.utils.set_random_seed(seed)
@@ -120,7 +130,7 @@ def train_tagger(train_rows, dev_rows, num_labels, epochs=3, batch_size=32, seed
                                              seed=seed + epoch):
             x, y, w = _padded(train_rows, index)
             model.train_on_batch([x, w], y, sample_weight=w)
-    predictions = [None] * len(dev_rows)
+    predictions: list = [None] * len(dev_rows)
     for index in batching.length_batches([len(f) for f, _ in dev_rows], 128):
         x, _, w = _padded(dev_rows, index)
         logits = np.asarray(model.predict_on_batch([x, w]))
@@ -129,7 +139,9 @@ def train_tagger(train_rows, dev_rows, num_labels, epochs=3, batch_size=32, seed
     return predictions
 
 
-def extract(units, name, ckpt, sentences, labels, work):
+def extract(units: Units, name: str, ckpt: checkpoint_lib.Checkpoint,
+            sentences: Sequence[ner.Sentence], labels: Sequence[str],
+            work: str) -> tuple[np.ndarray, list[int]]:
     """The cached word features of one file (a unit: extracted once)."""
     path = os.path.join(work, f"{name}.npz")
 
@@ -151,8 +163,9 @@ def extract(units, name, ckpt, sentences, labels, work):
     return data["features"], list(data["counts"])
 
 
-def run(output, model, train, valid, max_train_sentences=None, max_valid_sentences=None,
-        epochs=3, seeds=(0,), log=print):
+def run(output: str, model: str, train: str, valid: str, max_train_sentences: int | None = None,
+        max_valid_sentences: int | None = None, epochs: int = 3, seeds: Sequence[int] = (0,),
+        log: Callable[[str], Any] = print) -> dict[str, dict[str, list]]:
     """Extracts (once) and tags with each Table 7 combination; writes `feature_ner.md` and
     `feature_ner.json` in `output`; returns {combination: {"f1": [...per seed], ...}}."""
     units = Units(output, log)
@@ -166,7 +179,7 @@ def run(output, model, train, valid, max_train_sentences=None, max_valid_sentenc
     train_cached, train_counts = extract(units, "train", ckpt, train_sentences, labels, work)
     valid_cached, valid_counts = extract(units, "valid", ckpt, valid_sentences, labels, work)
     train_labels = _kept_labels(train_sentences, train_counts, index)
-    results = {}
+    results: dict[str, dict[str, list]] = {}
     for name, (how, layers) in COMBINATIONS.items():
         for seed in seeds:
             def tag(name=name, how=how, layers=layers, seed=seed):
@@ -190,7 +203,8 @@ def _kept_labels(sentences, counts, index):
     return np.array([index[t] for s, n in zip(sentences, counts) for t in s.tags[:n]])
 
 
-def write_report(output, results, model, n_train, n_valid, epochs):
+def write_report(output: str, results: dict[str, dict[str, list]], model: str, n_train: int,
+                 n_valid: int, epochs: int) -> None:
     """`feature_ner.md` (the table beside the paper's) and `feature_ner.json`, atomically."""
     from kbert.experiments.report import mean_std, write_atomic
     lines = [f"Feature-based NER on CoNLL-2003 valid ({n_valid} sentences), frozen `{model}`, "

@@ -4,22 +4,25 @@
 ('82.0 ± 2.0', '90.0', '—')
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 
-def mean_std(values, digits=1):
+def mean_std(values: Iterable[float | None], digits: int = 1) -> str:
     """'mean ± std' (sample standard deviation) of the seeds' scores; one value alone."""
-    values = [v for v in values if v is not None]
-    if not values:
+    scores = [v for v in values if v is not None]
+    if not scores:
         return "—"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
+    if len(scores) == 1:
+        return f"{scores[0]:.{digits}f}"
+    return f"{np.mean(scores):.{digits}f} ± {np.std(scores, ddof=1):.{digits}f}"
 
 
-def write_atomic(path, text):
+def write_atomic(path: str, text: str) -> None:
     """Writes `text` to `path` through a temporary file and a rename."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -27,14 +30,15 @@ def write_atomic(path, text):
     os.replace(tmp, path)
 
 
-def markdown_table(header, rows):
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A Markdown table: `header` and `rows` are lists of cells."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def plot_curves(path, curves, title):
+def plot_curves(path: str, curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                title: str) -> str | None:
     """Training loss against updates, one line per variant; `curves` {label: (steps, loss)}.
     Returns the path, or None without matplotlib (the `app` extra)."""
     try:        # matplotlib is optional (kbert[app]); the table is written without it

@@ -10,17 +10,30 @@ Both give `pretrain(name, variant, ckpt)` the same unit dict and `finetune(task,
 output)` a `FinetuneResult`; `kbert.experiments.ablations` runs either.
 """
 
+from __future__ import annotations
+
 import glob
 import json
 import os
 import shutil
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from kbert.experiments import report
+
+if TYPE_CHECKING:   # type-only: the ablations import this module
+    from kbert.experiments.ablations import Plan, Variant
+    from kbert.experiments.units import Units
+    from kbert.finetune.loop import FinetuneResult
+    from kbert.training.loop import PretrainResult
+
+# {task: (train file, dev file)} under the shared folder
+TaskFiles = Mapping[str, Sequence[Any]]
 
 CORPUS, HELDOUT, FULL_SENTENCES = "corpus-train.npz", "heldout.npz", "full-sentences.npz"
 
 
-def corpus_split(corpus, plan):
+def corpus_split(corpus: str, plan: Plan) -> tuple[list[str], list[str]]:
     """(training files, held-out files): every `held_out_every`-th document is held out."""
     files = sorted(glob.glob(os.path.join(corpus, "*", "*.txt")))
     if not files:
@@ -33,7 +46,8 @@ def corpus_split(corpus, plan):
             [f for i, f in enumerate(files) if i % every == every - 1])
 
 
-def make_segment_pairs(units, work, corpus, vocab, plan):
+def make_segment_pairs(units: Units, work: str, corpus: str, vocab: list[str],
+                       plan: Plan) -> tuple[dict[str, Any], dict[str, str]]:
     """Unit "data": the segment-pair shards (train and held-out) all pair-input variants use."""
     from kbert.data import pretraining
     options = pretraining.Options(plan.max_seq_length, plan.max_predictions_per_seq,
@@ -54,7 +68,7 @@ def make_segment_pairs(units, work, corpus, vocab, plan):
     return units.run("data", run), paths
 
 
-def full_sentences_data(corpus, plan, pair_data):
+def full_sentences_data(corpus: str, plan: Plan, pair_data: dict[str, str]) -> dict[str, Any]:
     """RoBERTa's FULL-SENTENCES inputs: the training documents as text, packed to the length
     across documents and masked anew each epoch by kbert's one text-to-batches pipeline
     (`kbert.data.text`, mode "full_sentences", through `pretrain(text=...)`). Held out: the
@@ -64,7 +78,8 @@ def full_sentences_data(corpus, plan, pair_data):
     return {"text": train, "heldout": pair_data["heldout"]}
 
 
-def pretraining_unit(name, variant, plan, result, held_out, every, feed):
+def pretraining_unit(name: str, variant: Variant, plan: Plan, result: PretrainResult,
+                     held_out: dict[str, float], every: int, feed: str) -> dict[str, Any]:
     """The unit "pretrain-NAME": the curve (mean loss per `every` updates), held-out scores."""
     history = result.history
     steps = [min(plan.steps, (i + 1) * every) for i in range(len(history["loss"]))]
@@ -84,13 +99,13 @@ class Shards:
         self.corpus = os.path.join(shared, "corpus")
         self._pairs = self._files = None
 
-    def pair_data(self):
+    def pair_data(self) -> dict[str, str]:
         if self._pairs is None:    # segment pairs: the pair variants' data, everyone's held-out
             self._pairs = make_segment_pairs(self.units, self.work, self.corpus, self.vocab,
                                              self.plan)[1]
         return self._pairs
 
-    def pretrain(self, name, variant, ckpt):
+    def pretrain(self, name: str, variant: Variant, ckpt: str) -> dict[str, Any]:
         from kbert import training
         plan = self.plan
         data = (full_sentences_data(self.corpus, plan, self.pair_data())
@@ -113,7 +128,7 @@ class Shards:
         held_out = training.evaluate_pretraining(result.model, data["heldout"])
         return pretraining_unit(name, variant, plan, result, held_out, every, "shards")
 
-    def finetune(self, task, ckpt, seed, output):
+    def finetune(self, task: str, ckpt: str, seed: int, output: str | None) -> FinetuneResult:
         from kbert import finetune
         if self._files is None:
             self._files = task_files(self.units, self.work, self.shared, self.plan, self.files)
@@ -145,7 +160,7 @@ class Arrays:
         from kbert.data import arrays
         return arrays.load(os.path.join(self.folder, name))
 
-    def pretrain(self, name, variant, ckpt):
+    def pretrain(self, name: str, variant: Variant, ckpt: str) -> dict[str, Any]:
         from kbert.data import arrays
         from kbert.data.pretraining import Options
         from kbert.training import evaluate_pretraining
@@ -175,7 +190,7 @@ class Arrays:
         held_out = evaluate_pretraining(result.model, self._heldout)
         return pretraining_unit(name, variant, plan, result, held_out, every, "arrays")
 
-    def finetune(self, task, ckpt, seed, output):
+    def finetune(self, task: str, ckpt: str, seed: int, output: str | None) -> FinetuneResult:
         import gzip
         import pickle
 
@@ -190,7 +205,8 @@ class Arrays:
             seed=seed, verbose=False, jit_compile=plan.jit_compile, encoded=self._encoded[task])
 
 
-def task_files(units, work, shared, plan, files):
+def task_files(units: Units, work: str, shared: str, plan: Plan,
+               files: TaskFiles) -> dict[str, list[str]]:
     """Unit "task-files-...": each task's (train, dev) files (`_task_files`)."""
     return units.run("task-files-" + "-".join(files),
                      lambda: _task_files(os.path.join(work, "tasks"), shared, plan, files))
@@ -236,7 +252,8 @@ def _head_of_squad(squad, questions):
     return dict(squad, data=articles)
 
 
-def export_data(folder, plan, variants, files, shared, vocab, log=print):
+def export_data(folder: str, plan: Plan, variants: Mapping[str, Variant], files: TaskFiles,
+                shared: str, vocab: list[str], log: Callable[[str], Any] = print) -> None:
     """Writes what `Arrays` reads (tokenizing here, with TensorFlow Text): `vocab.txt`, the
     training documents as token ids (`corpus-train.npz`, for the segment-pair variants), the
     held-out shards' features (`heldout.npz`, the evaluation set every run shares), RoBERTa's

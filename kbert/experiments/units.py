@@ -10,8 +10,12 @@ Example:
 {'value': 9}
 """
 
+from __future__ import annotations
+
 import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 
 class Units:
@@ -22,21 +26,21 @@ class Units:
         self.log = log
         os.makedirs(self.folder, exist_ok=True)
 
-    def path(self, name):
+    def path(self, name: str) -> str:
         return os.path.join(self.folder, f"{name}.json")
 
-    def done(self, name):
+    def done(self, name: str) -> bool:
         return os.path.isfile(self.path(name))
 
-    def load(self, name):
+    def load(self, name: str) -> Any:
         with open(self.path(name), encoding="utf-8") as f:
             return json.load(f)
 
-    def forget(self, name):
+    def forget(self, name: str) -> None:
         if self.done(name):
             os.remove(self.path(name))
 
-    def run(self, name, work):
+    def run(self, name: str, work: Callable[[], Any]) -> Any:
         """`work()`'s dict, computed once: later calls read it back from `units/NAME.json`."""
         if self.done(name):
             self.log(f"{name}: done already, skipped")

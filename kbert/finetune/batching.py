@@ -14,13 +14,21 @@ Example:
 [([2, 0], (2, 3)), ([1], (1, 4))]
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Union
+
 import keras
 import numpy as np
 
 SEQUENCE_KEYS_OF = "input_ids"  # arrays shaped like it (.., T) are cut with it
+# A feature builder's dict of arrays: input_ids, segment_ids, input_mask (+ labels) [N, ...].
+Features = dict[str, np.ndarray]
+LabelKeys = Union[str, Sequence[str]]
 
 
-def sequence_lengths(features):
+def sequence_lengths(features: Features) -> np.ndarray:
     """Real tokens per example (the longest choice for multiple choice)."""
     mask = np.asarray(features["input_mask"])
     return mask.reshape(len(mask), -1, mask.shape[-1]).sum(-1).max(-1)
@@ -32,7 +40,8 @@ def _is_sequence(features, key):
     return len(shape) == len(ref) and shape[-1] == ref[-1]
 
 
-def length_batches(lengths, batch_size, bucket=True, shuffle=False, seed=0, pool=50):
+def length_batches(lengths: np.ndarray | Sequence[int], batch_size: int, bucket: bool = True,
+                   shuffle: bool = False, seed: int = 0, pool: int = 50) -> list[np.ndarray]:
     """Index arrays, one per batch. `bucket` groups similar lengths; `shuffle` randomizes."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(lengths)) if shuffle else np.arange(len(lengths))
@@ -47,7 +56,9 @@ def length_batches(lengths, batch_size, bucket=True, shuffle=False, seed=0, pool
     return out
 
 
-def batches(features, batch_size, bucket=True, shuffle=False, seed=0, pool=50, multiple=1):
+def batches(features: Features, batch_size: int, bucket: bool = True, shuffle: bool = False,
+            seed: int = 0, pool: int = 50,
+            multiple: int = 1) -> Iterator[tuple[np.ndarray, Features]]:
     """Yields (indices, batch) with every sequence array cut to the batch's longest row.
 
     `multiple` rounds each batch's width up (to at most the arrays' width), so a compiled
@@ -58,7 +69,8 @@ def batches(features, batch_size, bucket=True, shuffle=False, seed=0, pool=50, m
         yield index, take(features, index, multiple, lengths)
 
 
-def take(features, index, multiple=1, lengths=None):
+def take(features: Features, index: np.ndarray, multiple: int = 1,
+         lengths: np.ndarray | None = None) -> Features:
     """The rows `index` of every array, sequences cut to the longest of them (rounded up to
     `multiple`, at most the arrays' width)."""
     lengths = sequence_lengths(features) if lengths is None else lengths
@@ -81,8 +93,9 @@ def _keys(features, label_keys, weight_key):
     return [k for k in features if k not in extra], label_keys
 
 
-def feed(features, batch_size, label_keys=(), weight_key=None, bucket=True, shuffle=False,
-         seed=0, pool=50, multiple=1):
+def feed(features: Features, batch_size: int, label_keys: LabelKeys = (),
+         weight_key: str | None = None, bucket: bool = True, shuffle: bool = False,
+         seed: int = 0, pool: int = 50, multiple: int = 1) -> tuple[Any, int]:
     """The batches `fit` reads, as `to_dataset` makes them: a `tf.data.Dataset` on the
     TensorFlow backend, a `keras.utils.PyDataset` (`Batches`) on JAX and PyTorch, which
     needs no TensorFlow. Returns (the feed, batches per epoch)."""
@@ -95,8 +108,9 @@ def feed(features, batch_size, label_keys=(), weight_key=None, bucket=True, shuf
     return data, len(data)
 
 
-def to_dataset(features, batch_size, label_keys=(), weight_key=None, bucket=True,
-               shuffle=False, seed=0, pool=50, multiple=1):
+def to_dataset(features: Features, batch_size: int, label_keys: LabelKeys = (),
+               weight_key: str | None = None, bucket: bool = True, shuffle: bool = False,
+               seed: int = 0, pool: int = 50, multiple: int = 1) -> Any:
     """A `tf.data.Dataset` of `(inputs, labels[, weights])` batches with per-batch padding.
 
     Args:
@@ -137,8 +151,9 @@ class Batches(keras.utils.PyDataset):
     """`to_dataset`'s batches as a `keras.utils.PyDataset` (no TensorFlow): the same
     per-batch padding and bucketing, a new seeded order each epoch (seed + epoch)."""
 
-    def __init__(self, features, batch_size, label_keys=(), weight_key=None, bucket=True,
-                 shuffle=False, seed=0, pool=50, multiple=1):
+    def __init__(self, features: Features, batch_size: int, label_keys: LabelKeys = (),
+                 weight_key: str | None = None, bucket: bool = True, shuffle: bool = False,
+                 seed: int = 0, pool: int = 50, multiple: int = 1) -> None:
         super().__init__()
         self.features, self.batch_size, self.bucket = features, batch_size, bucket
         self.shuffle, self.seed, self.pool, self.multiple = shuffle, seed, pool, multiple
@@ -147,7 +162,7 @@ class Batches(keras.utils.PyDataset):
         self.lengths, self.epoch = sequence_lengths(features), 0
         self.on_epoch_end()
 
-    def on_epoch_end(self):
+    def on_epoch_end(self) -> None:
         self.epoch += 1
         self.index = length_batches(self.lengths, self.batch_size, self.bucket,
                                     self.shuffle, self.seed + self.epoch, self.pool)

@@ -13,12 +13,20 @@ Example:
 [GlueExample(guid='dev-2', text_a='a fine film', text_b=None, label='1')]
 """
 
+from __future__ import annotations
+
 import dataclasses
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kbert.config import read_text
+from kbert.hints import PathLike
+
+if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
+    from kbert.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,15 +42,15 @@ class GlueTask:
     positions: tuple = ()    # column indexes (texts..., label) for files without a header
 
     @property
-    def is_regression(self):
+    def is_regression(self) -> bool:
         return not self.labels
 
     @property
-    def num_labels(self):
+    def num_labels(self) -> int:
         return len(self.labels) or 1
 
     @property
-    def main_metric(self):
+    def main_metric(self) -> str:
         return self.metrics[0]
 
 
@@ -71,11 +79,11 @@ SPLIT_FILES = {"mnli": {"dev": "dev_matched.tsv", "dev_mismatched": "dev_mismatc
 class GlueExample:
     guid: str
     text_a: str
-    text_b: str
+    text_b: str | None
     label: object  # label string, float score (STS-B), or None (test files)
 
 
-def get_task(name):
+def get_task(name: str) -> GlueTask:
     """The task table entry; accepts `sst2`, `SST-2`, `mnli-mm` ..."""
     key = name.lower().replace("-", "").replace("_", "")
     key = {"mnlimm": "mnli", "mnlim": "mnli", "stsb": "stsb"}.get(key, key)
@@ -84,7 +92,7 @@ def get_task(name):
     return TASKS[key]
 
 
-def task_file(task, glue_dir, split):
+def task_file(task: str | GlueTask, glue_dir: PathLike, split: str) -> str:
     """The path of a split (`train`, `dev`, `test`, MNLI `dev_mismatched`) in a GLUE folder."""
     task = get_task(task) if isinstance(task, str) else task
     name = SPLIT_FILES.get(task.name, {}).get(split, f"{split}.tsv")
@@ -109,7 +117,7 @@ def _columns(task, header, path):
     return texts, label
 
 
-def read_glue(task, path):
+def read_glue(task: str | GlueTask, path: PathLike) -> list[GlueExample]:
     """The examples of one GLUE TSV file; a malformed line raises `ValueError("FILE:LINE: ...")`.
 
     Labels are checked against the task's label list (STS-B: a float in [0, 5]).
@@ -159,7 +167,7 @@ def _check_label(task, value, where):
     return value
 
 
-def label_ids(task, examples):
+def label_ids(task: GlueTask, examples: Sequence[GlueExample]) -> np.ndarray:
     """Labels as model targets: int ids (classification) or float32 scores (STS-B)."""
     task = get_task(task) if isinstance(task, str) else task
     if any(e.label is None for e in examples):
@@ -169,7 +177,8 @@ def label_ids(task, examples):
     return np.array([task.labels.index(e.label) for e in examples], dtype="int32")
 
 
-def encode_glue(tokenizer, task, examples, max_seq_length=128):
+def encode_glue(tokenizer: Tokenizer, task: GlueTask, examples: Sequence[GlueExample],
+                max_seq_length: int = 128) -> tuple[dict[str, np.ndarray], int]:
     """`[CLS] A [SEP] (B [SEP])` features, the longer side truncated first.
 
     Returns (features, truncated): numpy `input_ids`, `segment_ids`, `input_mask` [N, T] padded
@@ -189,7 +198,7 @@ def encode_glue(tokenizer, task, examples, max_seq_length=128):
     return features, sum(1 for c in cut if c)
 
 
-def predictions_to_labels(task, predictions):
+def predictions_to_labels(task: str | GlueTask, predictions: Any) -> np.ndarray:
     """Model outputs → what the metrics compare: label ids (argmax) or scores (STS-B)."""
     task = get_task(task) if isinstance(task, str) else task
     predictions = np.asarray(predictions)
@@ -198,7 +207,8 @@ def predictions_to_labels(task, predictions):
     return predictions.argmax(-1)
 
 
-def evaluate_glue(task, examples, predictions):
+def evaluate_glue(task: str | GlueTask, examples: Sequence[GlueExample],
+                  predictions: Any) -> dict[str, float]:
     """The task's official metrics (percentages) of model outputs against the examples' labels.
 
     >>> evaluate_glue("mrpc", [GlueExample("1", "a", "b", "1")], [[0.1, 0.9]])

@@ -20,13 +20,14 @@ Example:
 import dataclasses
 import os
 import time
+from collections.abc import Sequence
 
 import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert.finetune import batching
-from kbert.finetune.tasks import TASKS, get_task
+from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.optimization import create_optimizer
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
@@ -35,7 +36,9 @@ PAD_TO_MULTIPLE = 16   # batch widths rounded up: few shapes for XLA / JAX to co
 __all__ = ["TASKS", "finetune", "encode", "evaluate", "predict", "Encoded", "FinetuneResult"]
 
 
-def predict(model, features, batch_size=64, sequence_output=False, multiple=PAD_TO_MULTIPLE):
+def predict(model: keras.Model, features: dict[str, np.ndarray], batch_size: int = 64,
+            sequence_output: bool = False,
+            multiple: int = PAD_TO_MULTIPLE) -> np.ndarray | dict[str, np.ndarray]:
     """Model outputs for every row of `features`, in the rows' order.
 
     Batches group similar lengths; per-token outputs (`sequence_output=True`) come back
@@ -43,7 +46,7 @@ def predict(model, features, batch_size=64, sequence_output=False, multiple=PAD_
     """
     inputs = {k: features[k] for k in INPUT_KEYS if k in features}
     n, full = len(inputs["input_ids"]), np.shape(inputs["input_ids"])[-1]
-    results = {}
+    results: dict = {}                 # output name (None: a bare array) → [N, ...]
     for index, batch in batching.batches(inputs, batch_size, bucket=True, multiple=multiple):
         out = model.predict_on_batch(batch)
         for key, value in (out.items() if isinstance(out, dict) else [(None, out)]):
@@ -171,11 +174,12 @@ class Encoded:
     do_lower_case: bool
     max_seq_length: int
     options: dict          # the head's options (e.g. the labels found in the training file)
-    train: object          # the task's encoded sets (`spec.encode`'s)
-    dev: object
+    train: Prepared        # the task's encoded sets (`spec.encode`'s)
+    dev: Prepared
 
 
-def encode(task: str, vocab, train: str | os.PathLike, dev: str | os.PathLike,
+def encode(task: str, vocab: str | os.PathLike | Sequence[str], train: str | os.PathLike,
+           dev: str | os.PathLike,
            max_seq_length: int | None = None, do_lower_case: bool = True,
            max_train_examples: int | None = None,
            task_options: dict | None = None) -> Encoded:
@@ -230,10 +234,10 @@ class KeepBest(keras.callbacks.Callback):
         self.best, self.best_epoch, self.best_scores, self.history = None, 0, {}, []
         self._start = None
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._start = time.perf_counter()
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         train_seconds = time.perf_counter() - self._start
         scores = self.score(self.model)
         entry = {"epoch": epoch + 1, "loss": float((logs or {}).get("loss", float("nan"))),

@@ -21,15 +21,24 @@ Example:
 100.0
 """
 
+from __future__ import annotations
+
 import collections
 import re
 import string
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Union
 
 import numpy as np
 
+# SQuAD's gold answers: the JSON (a dict with `data`), its `data` list, or {qid: [answer texts]}.
+# Labels or predictions of a set: a list or a 1-D array.
+Labels = Union[Sequence[Any], np.ndarray]
+Gold = Union[Mapping[str, Any], Sequence[Mapping[str, Any]]]
+
 
 # --- SQuAD ---------------------------------------------------------------------------------------
-def normalize_answer(text):
+def normalize_answer(text: str) -> str:
     """Lower-case, drop punctuation, the articles a/an/the and extra whitespace (both scripts).
 
     >>> normalize_answer("The  Denver Broncos!")
@@ -60,7 +69,7 @@ def _questions(gold):
             for qa in paragraph["qas"]]
 
 
-def squad_v1_1(gold, predictions):
+def squad_v1_1(gold: Gold, predictions: Mapping[str, str]) -> dict[str, float]:
     """SQuAD v1.1 exact match and F1 (max over the gold answers), as `evaluate-v1.1.py`.
 
     Args:
@@ -79,7 +88,7 @@ def squad_v1_1(gold, predictions):
     return {"exact_match": 100.0 * exact / total, "f1": 100.0 * f1 / total}
 
 
-def squad_exact_f1(prediction, answers):
+def squad_exact_f1(prediction: str, answers: Sequence[str]) -> tuple[int, float]:
     """One question's (exact, f1) in [0, 1] as `evaluate-v2.0.py`, max over gold answers; `[]`
     (or answers that normalize to nothing) means no answer, matched only by an empty prediction.
 
@@ -117,7 +126,8 @@ def _best_threshold(predictions, scores, na_probs, has_answer):
     return 100.0 * best / len(scores), threshold
 
 
-def squad_v2_0(gold, predictions, na_probs=None):
+def squad_v2_0(gold: Gold, predictions: Mapping[str, str],
+               na_probs: Mapping[str, float] | None = None) -> dict[str, float]:
     """SQuAD v2.0 scores as `evaluate-v2.0.py`: a question without answers has gold `[""]`.
 
     Returns `exact_match`, `f1`, `total` and the `HasAns_*` / `NoAns_*` breakdown of the
@@ -152,30 +162,30 @@ def squad_v2_0(gold, predictions, na_probs=None):
 
 
 # --- GLUE ----------------------------------------------------------------------------------------
-def accuracy(labels, predictions):
+def accuracy(labels: Labels, predictions: Labels) -> float:
     return 100.0 * float(np.mean(np.asarray(labels) == np.asarray(predictions)))
 
 
-def f1(labels, predictions):
+def f1(labels: Labels, predictions: Labels) -> float:
     """Binary F1 of the positive class 1 (MRPC, QQP); 0 when nothing is positive.
 
     >>> f1([1, 1, 0, 0], [1, 0, 1, 0])
     50.0
     """
-    labels, predictions = np.asarray(labels) == 1, np.asarray(predictions) == 1
-    tp = np.sum(labels & predictions)
-    wrong = np.sum(labels != predictions)
+    positive, predicted = np.asarray(labels) == 1, np.asarray(predictions) == 1
+    tp = np.sum(positive & predicted)
+    wrong = np.sum(positive != predicted)
     return 100.0 * float(2 * tp / (2 * tp + wrong)) if tp + wrong else 0.0
 
 
-def macro_f1(labels, predictions):
+def macro_f1(labels: Labels, predictions: Labels) -> float:
     """F1 averaged over the classes in the labels, each class counting the same."""
     from sklearn.metrics import f1_score
     return 100.0 * float(f1_score(labels, predictions, labels=np.unique(labels),
                                   average="macro", zero_division=0))
 
 
-def mcc(labels, predictions):
+def mcc(labels: Labels, predictions: Labels) -> float:
     """Matthews correlation coefficient (CoLA), the multi-class form scikit-learn computes;
     0 when either side holds a single class.
 
@@ -194,7 +204,7 @@ def mcc(labels, predictions):
     return 100.0 * float(cov_true_pred / np.sqrt(cov_true * cov_pred))
 
 
-def pearson(labels, predictions):
+def pearson(labels: Labels, predictions: Labels) -> float:
     """Pearson correlation (STS-B)."""
     x, y = np.asarray(predictions, "float64"), np.asarray(labels, "float64")
     x, y = x - x.mean(), y - y.mean()
@@ -210,7 +220,7 @@ def _ranks(values):
     return (np.bincount(group, ranks) / np.bincount(group))[group]
 
 
-def spearman(labels, predictions):
+def spearman(labels: Labels, predictions: Labels) -> float:
     """Spearman rank correlation (STS-B): Pearson's of the ranks.
 
     >>> spearman([1.0, 2.0, 3.0, 4.0], [1.0, 4.0, 9.0, 16.0])
@@ -223,7 +233,8 @@ GLUE_METRICS = {"accuracy": accuracy, "f1": f1, "macro_f1": macro_f1, "mcc": mcc
                 "pearson": pearson, "spearman": spearman}
 
 
-def glue_scores(metric_names, labels, predictions):
+def glue_scores(metric_names: Iterable[str], labels: Labels,
+                predictions: Labels) -> dict[str, float]:
     """`{name: score}` for the named metrics, e.g. `("accuracy", "f1")` for MRPC."""
     unknown = [m for m in metric_names if m not in GLUE_METRICS]
     if unknown:
@@ -234,7 +245,7 @@ def glue_scores(metric_names, labels, predictions):
 
 
 # --- CoNLL entities ------------------------------------------------------------------------------
-def split_tag(tag):
+def split_tag(tag: str) -> tuple[str, str]:
     """conlleval's reading of a tag: (prefix, type).
 
     >>> split_tag("B-PER"), split_tag("O")
@@ -248,7 +259,7 @@ def split_tag(tag):
     return prefix, kind
 
 
-def chunk_ends(prev_tag, tag, prev_type, kind):
+def chunk_ends(prev_tag: str, tag: str, prev_type: str, kind: str) -> bool:
     """conlleval's `endOfChunk`: does a chunk end between the previous word and this one?"""
     if prev_tag in ("E", "S"):
         return True
@@ -257,7 +268,7 @@ def chunk_ends(prev_tag, tag, prev_type, kind):
     return prev_tag not in ("O", ".") and prev_type != kind
 
 
-def chunk_starts(prev_tag, tag, prev_type, kind):
+def chunk_starts(prev_tag: str, tag: str, prev_type: str, kind: str) -> bool:
     """conlleval's `startOfChunk`: does a chunk start at this word, given the previous one?"""
     if tag in ("B", "S"):
         return True
@@ -266,8 +277,11 @@ def chunk_starts(prev_tag, tag, prev_type, kind):
     return tag not in ("O", ".") and prev_type != kind
 
 
-def entities(tags):
+def entities(tags: Iterable[str]) -> list[tuple[str, int, int]]:
     """conlleval's chunks of one sentence: a list of (type, first, last) word indexes.
+
+    Twin: `kbert.serving.graph_ops.group_entities` does this in the graph;
+    tests/serving/test_graph_ops.py holds the two equal.
 
     >>> entities(["B-PER", "I-PER", "O", "I-LOC", "B-LOC"])
     [('PER', 0, 1), ('LOC', 3, 3), ('LOC', 4, 4)]
@@ -285,7 +299,8 @@ def entities(tags):
     return chunks
 
 
-def entity_scores(gold_tags, predicted_tags):
+def entity_scores(gold_tags: Sequence[Sequence[str]],
+                  predicted_tags: Sequence[Sequence[str]]) -> dict[str, float]:
     """Entity precision / recall / F1 (percentages) over sentences, as conlleval counts them.
 
     Args:
@@ -306,7 +321,8 @@ def entity_scores(gold_tags, predicted_tags):
     return {"precision": precision, "recall": recall, "f1": f}
 
 
-def token_accuracy(gold_tags, predicted_tags):
+def token_accuracy(gold_tags: Sequence[Sequence[str]],
+                   predicted_tags: Sequence[Sequence[str]]) -> float:
     """Per-token tag accuracy (percent), the other number conlleval prints."""
     pairs = [(a, b) for g, p in zip(gold_tags, predicted_tags) for a, b in zip(g, p)]
     return 100.0 * sum(a == b for a, b in pairs) / len(pairs) if pairs else 0.0

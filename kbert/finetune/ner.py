@@ -17,12 +17,20 @@ Example:
 ['I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC']
 """
 
+from __future__ import annotations
+
 import dataclasses
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kbert.config import read_text
+from kbert.hints import PathLike
+
+if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
+    from kbert.tokenizer import Tokenizer
 
 IGNORE_LABEL = -100
 # CoNLL-2003's entity types in IOB2, "O" first.
@@ -44,7 +52,7 @@ def _check_tag(tag, where):
         raise ValueError(f"{where}: tag {tag!r} is neither O nor B-/I-TYPE")
 
 
-def read_conll(path, scheme=None, columns=4):
+def read_conll(path: PathLike, scheme: str | None = None, columns: int = 4) -> list[Sentence]:
     """Sentences of a CoNLL file; `scheme` "iob1"/"iob2" converts the tags, None keeps them.
 
     A line with another number of space-separated `columns`, or a bad tag, raises
@@ -70,7 +78,7 @@ def read_conll(path, scheme=None, columns=4):
             current = Sentence([], [], number, [], str(path))
         current.words.append(parts[0])
         current.tags.append(parts[-1])
-        current.columns.append(parts[1:-1])
+        current.columns.append(parts[1:-1])  # type: ignore[union-attr]  # made with a list
     if current:
         sentences.append(current)
     if not sentences:
@@ -86,7 +94,7 @@ def _kind(tag):
     return tag[2:] if tag != "O" else None
 
 
-def to_iob2(tags):
+def to_iob2(tags: Sequence[str]) -> list[str]:
     """IOB1 (or mixed) → IOB2: an entity's first word gets `B-`."""
     out, prev = [], "O"
     for tag in tags:
@@ -97,7 +105,7 @@ def to_iob2(tags):
     return out
 
 
-def to_iob1(tags):
+def to_iob1(tags: Sequence[str]) -> list[str]:
     """IOB2 → IOB1: `B-` stays only where the previous word is in an entity of the same type."""
     tags = to_iob2(tags)
     out = []
@@ -108,7 +116,7 @@ def to_iob1(tags):
     return out
 
 
-def detect_scheme(sentences):
+def detect_scheme(sentences: Sequence[Sentence | Sequence[str]]) -> str:
     """"iob1" if some entity starts with `I-`, else "iob2"."""
     for s in sentences:
         tags = s.tags if isinstance(s, Sentence) else s
@@ -117,7 +125,7 @@ def detect_scheme(sentences):
     return "iob2"
 
 
-def label_list(sentences):
+def label_list(sentences: Sequence[Sentence]) -> list[str]:
     """The tags found, "O" first, then by type (B before I)."""
     found = {t for s in sentences for t in s.tags} - {"O"}
     return ["O"] + sorted(found, key=lambda t: (t[2:], t[:2]))
@@ -131,7 +139,8 @@ class NerFeatures:
     truncated: int        # sentences that lost words to max_seq_length
 
 
-def encode_ner(tokenizer, sentences, labels, max_seq_length=128):
+def encode_ner(tokenizer: Tokenizer, sentences: Sequence[Sentence], labels: Sequence[str],
+               max_seq_length: int = 128) -> NerFeatures:
     """`[CLS] pieces [SEP]` features with each word's label on its first piece.
 
     A word the tokenizer turns into no piece (e.g. a lone control character) becomes
@@ -147,6 +156,7 @@ def encode_ner(tokenizer, sentences, labels, max_seq_length=128):
         pieces += tokenizer.tokenize(words[i:i + 8192]).to_list()
     rows, positions, truncated, k = [], [], 0, 0
     budget = max_seq_length - 2
+    first: list[int]                 # each kept word's first piece
     for s in sentences:
         ids, label_ids, first = [tokenizer.cls_id], [IGNORE_LABEL], []
         for w, tag in enumerate(s.tags):
@@ -178,7 +188,8 @@ def encode_ner(tokenizer, sentences, labels, max_seq_length=128):
     return NerFeatures(features, positions, [len(s.words) for s in sentences], truncated)
 
 
-def predictions_to_tags(predictions, encoded, labels):
+def predictions_to_tags(predictions: Any, encoded: NerFeatures,
+                        labels: Sequence[str]) -> list[list[str]]:
     """Model output [N, T, labels] (or label ids [N, T]) → one tag list per sentence, read at
     each word's first piece; words cut by truncation get "O"."""
     predictions = np.asarray(predictions)
@@ -190,7 +201,8 @@ def predictions_to_tags(predictions, encoded, labels):
     return out
 
 
-def evaluate_ner(sentences, predicted_tags):
+def evaluate_ner(sentences: Sequence[Sentence],
+                 predicted_tags: Sequence[Sequence[str]]) -> dict[str, float]:
     """Entity precision / recall / F1 (percentages), conlleval's rules."""
     from kbert.finetune import metrics
     return metrics.entity_scores([s.tags for s in sentences], predicted_tags)

@@ -19,12 +19,21 @@ Example:
 ('Denver', 0)
 """
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import logging
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from kbert.hints import PathLike
+
+if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
+    from kbert.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +62,7 @@ class SquadData:
     warnings: list
 
 
-def read_squad(path, strict=False):
+def read_squad(path: PathLike, strict: bool = False) -> SquadData:
     """Reads a SQuAD JSON file. Broken JSON raises `ValueError("FILE:LINE: ...")`; a missing
     field names its place (`FILE: data[0].paragraphs[3].qas[1]: ...`). An answer whose
     `answer_start` does not point at its text is counted in `warnings` (and not trained on),
@@ -68,7 +77,7 @@ def read_squad(path, strict=False):
     return examples_from_json(obj, source=str(path), strict=strict)
 
 
-def split_by_article(path, every=4):
+def split_by_article(path: PathLike, every: int = 4) -> tuple[dict[str, Any], ...]:
     """(train, held-out) SQuAD JSON objects of a file's articles: every `every`-th article
     (indexes every-1, 2·every-1, ...) is held out. On `dev-v1.1-part-a.json` that is the
     18/6-article split the fine-tuning results use (`benchmarks/data_splits.py`).
@@ -82,7 +91,7 @@ def split_by_article(path, every=4):
     """
     with open(path, encoding="utf-8") as f:
         squad = json.load(f)
-    parts = ([], [])
+    parts: tuple[list, list] = ([], [])
     for i, article in enumerate(squad["data"]):
         parts[i % every == every - 1].append(article)
     version = squad.get("version", "1.1")
@@ -98,10 +107,11 @@ def _need(obj, key, kind, where):
     return obj[key]
 
 
-def examples_from_json(obj, source="<json>", strict=False):
+def examples_from_json(obj: Any, source: str = "<json>", strict: bool = False) -> SquadData:
     """`SquadData` from an already loaded SQuAD JSON object (see `read_squad`)."""
     data = _need(obj, "data", list, source)
     version = str(obj.get("version", "1.1")).lstrip("v")
+    places: dict
     examples, warnings, places = [], [], {}
     for a, article in enumerate(data):
         for p, para in enumerate(_need(article, "paragraphs", list, f"{source}: data[{a}]")):
@@ -190,7 +200,8 @@ def _tokenize_contexts(tokenizer, contexts, questions=()):
 
 
 def _windows(n, max_tokens, doc_stride):
-    """(start, length) of each window: starts every `doc_stride` tokens, as run_squad.py."""
+    """(start, length) of each window: starts every `doc_stride` tokens, as run_squad.py.
+    Twin: `kbert.serving.squad_graph.windows` (in the graph)."""
     spans, start = [], 0
     while True:
         length = min(n - start, max_tokens)
@@ -201,7 +212,8 @@ def _windows(n, max_tokens, doc_stride):
 
 
 def _max_context(spans, span_index, position):
-    """run_squad.py's `_check_is_max_context`: min(left, right) context + 0.01 * length."""
+    """run_squad.py's `_check_is_max_context`: min(left, right) context + 0.01 * length.
+    Twin: `kbert.serving.squad_graph._max_context` (in the graph)."""
     best_score, best = None, None
     for i, (start, length) in enumerate(spans):
         end = start + length - 1
@@ -213,15 +225,17 @@ def _max_context(spans, span_index, position):
     return best == span_index
 
 
-def answer_token_span(starts, ends, answer_start, answer_text):
+def answer_token_span(starts: Sequence[int] | np.ndarray, ends: Sequence[int] | np.ndarray,
+                      answer_start: int, answer_text: str) -> tuple[int, int] | None:
     """(first, last) context tokens covering the answer's characters, or None."""
     stop = answer_start + len(answer_text)
     inside = np.nonzero((np.asarray(ends) > answer_start) & (np.asarray(starts) < stop))[0]
     return (int(inside[0]), int(inside[-1])) if len(inside) else None
 
 
-def encode_squad(tokenizer, examples, is_training, max_seq_length=MAX_SEQ_LENGTH,
-                 doc_stride=DOC_STRIDE, max_query_length=MAX_QUERY_LENGTH):
+def encode_squad(tokenizer: Tokenizer, examples: Sequence[SquadExample], is_training: bool,
+                 max_seq_length: int = MAX_SEQ_LENGTH, doc_stride: int = DOC_STRIDE,
+                 max_query_length: int = MAX_QUERY_LENGTH) -> SquadFeatures:
     """Sliding-window features of `SquadExample`s (see the module docstring).
 
     With `is_training`, adds `start_positions` / `end_positions` and leaves out (counting
@@ -245,7 +259,8 @@ def encode_squad(tokenizer, examples, is_training, max_seq_length=MAX_SEQ_LENGTH
                 warnings.append(f"question {example.qas_id}: no answer matches the context; "
                                 "left out of training")
                 continue
-            span = answer_token_span(starts, ends, example.answer_start, example.answer_text)
+            span = answer_token_span(starts, ends, example.answer_start,  # type: ignore[arg-type]
+                                     example.answer_text)     # (set with answer_text)
             if span is None:
                 warnings.append(f"question {example.qas_id}: the answer covers no token; "
                                 "left out of training")
@@ -273,11 +288,11 @@ def encode_squad(tokenizer, examples, is_training, max_seq_length=MAX_SEQ_LENGTH
         warnings.append(f"{long_questions} questions longer than {max_query_length} tokens "
                         "were cut")
     if not rows:
-        first = f" (first: {warnings[0]})" if warnings else ""
+        note = f" (first: {warnings[0]})" if warnings else ""
         raise ValueError(f"none of the {len(examples)} SQuAD questions gives a window to "
-                         f"{'train on' if is_training else 'score'}{first}")
-    for w in warnings[:1]:
-        log.warning("SQuAD features: %d problems (first: %s)", len(warnings), w)
+                         f"{'train on' if is_training else 'score'}{note}")
+    for first_warning in warnings[:1]:
+        log.warning("SQuAD features: %d problems (first: %s)", len(warnings), first_warning)
     return _stack(rows, meta, is_training, tokenizer.pad_id, warnings)
 
 

@@ -21,9 +21,16 @@ Example (one window, logits one-hot at the gold tokens):
 {'q': 'Denver'}
 """
 
+from __future__ import annotations
+
 import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:   # type-only
+    from kbert.finetune.squad import SquadData, SquadExample, SquadFeatures
 
 N_BEST_SIZE, MAX_ANSWER_LENGTH = 20, 30
 
@@ -75,9 +82,10 @@ def _distinct_best(candidates, context, n_best_size):
     return nbest
 
 
-def postprocess(examples, features, start_logits, end_logits, version_2=False,
-                null_score_diff_threshold=0.0, n_best_size=N_BEST_SIZE,
-                max_answer_length=MAX_ANSWER_LENGTH):
+def postprocess(examples: Sequence[SquadExample], features: SquadFeatures, start_logits: Any,
+                end_logits: Any, version_2: bool = False, null_score_diff_threshold: float = 0.0,
+                n_best_size: int = N_BEST_SIZE,
+                max_answer_length: int = MAX_ANSWER_LENGTH) -> SquadPredictions:
     """Answers for `examples` from the model's logits on `features` (`encode_squad`'s output).
 
     Args:
@@ -86,13 +94,16 @@ def postprocess(examples, features, start_logits, end_logits, version_2=False,
         version_2: allow the empty answer (SQuAD v2.0).
     Returns a `SquadPredictions`; each n-best entry carries character `start` / `end`
     offsets into its context (end exclusive), -1 for the empty answer.
+
+    Twin: `kbert.serving.squad_graph.answer` does these steps in the graph;
+    tests/serving/test_export.py holds the exported answers equal to the pipeline's.
     """
     start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
     if len(start_logits) != len(features.example_index):
         raise ValueError(f"{len(start_logits)} rows of logits for "
                          f"{len(features.example_index)} windows")
     width = min(start_logits.shape[1], features.token_starts.shape[1])
-    by_example = {}
+    by_example: dict[int, list[int]] = {}
     for f, e in enumerate(features.example_index):
         by_example.setdefault(int(e), []).append(f)
     out = SquadPredictions({}, {}, {}, {})
@@ -123,19 +134,20 @@ def postprocess(examples, features, start_logits, end_logits, version_2=False,
                 else float("inf")
             out.null_odds[qid] = diff
             out.predictions[qid] = "" if diff > null_score_diff_threshold \
-                else non_null["text"]
+                else non_null["text"]   # type: ignore[index]  # without one, diff is inf
         else:
             out.predictions[qid] = out.best_non_null[qid]
     return out
 
 
-def apply_null_threshold(result, threshold):
+def apply_null_threshold(result: SquadPredictions, threshold: float) -> dict[str, str]:
     """v2.0 answers for another threshold: "" where null_odds > threshold."""
     return {q: ("" if result.null_odds[q] > threshold else result.best_non_null[q])
             for q in result.predictions}
 
 
-def tune_null_threshold(gold, result):
+def tune_null_threshold(gold: SquadData | dict[str, Any] | list[Any],
+                        result: SquadPredictions) -> tuple[float, float]:
     """The null_score_diff_threshold with the best dev F1 (evaluate-v2.0.py's best_f1_thresh).
 
     Args:
@@ -144,7 +156,7 @@ def tune_null_threshold(gold, result):
     Returns (threshold, best F1 in percent).
     """
     from kbert.finetune import metrics
-    dataset = getattr(gold, "dataset", gold)
+    dataset: Any = getattr(gold, "dataset", gold)
     finite = {q: (v if np.isfinite(v) else 1e30) for q, v in result.null_odds.items()}
     scores = metrics.squad_v2_0(dataset, result.best_non_null, na_probs=finite)
     return scores["best_f1_thresh"], scores["best_f1"]

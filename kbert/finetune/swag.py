@@ -15,11 +15,20 @@ Example:
 ['eats.', 'runs.', 'flies.', 'sleeps.']
 """
 
+from __future__ import annotations
+
 import csv
 import dataclasses
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from kbert.hints import PathLike
+
+if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
+    from kbert.tokenizer import Tokenizer
 
 NUM_CHOICES = 4
 REQUIRED = ("sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
@@ -34,7 +43,7 @@ class SwagExample:
     label: int | None = None  # index of the true ending; None in the test file
 
 
-def read_swag(path):
+def read_swag(path: PathLike) -> list[SwagExample]:
     """The examples of a SWAG CSV file; a malformed row raises `ValueError("FILE:LINE: ...")`."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"SWAG file not found: {path}")
@@ -68,7 +77,8 @@ def read_swag(path):
     return examples
 
 
-def encode_swag(tokenizer, examples, max_seq_length=128):
+def encode_swag(tokenizer: Tokenizer, examples: Sequence[SwagExample],
+                max_seq_length: int = 128) -> tuple[dict[str, np.ndarray], int]:
     """Features [N, 4, T]: `input_ids`, `segment_ids`, `input_mask` (+ `label_ids` [N]).
 
     Returns (features, truncated): the number of choices cut to `max_seq_length`
@@ -87,7 +97,7 @@ def encode_swag(tokenizer, examples, max_seq_length=128):
     return features, sum(1 for c in cut if c)
 
 
-def evaluate_swag(examples, logits):
+def evaluate_swag(examples: Sequence[SwagExample], logits: Any) -> dict[str, float]:
     """Accuracy (percent) of the highest-scoring ending."""
     from kbert.finetune import metrics
     return {"accuracy": metrics.accuracy([e.label for e in examples],

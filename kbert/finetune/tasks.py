@@ -17,11 +17,30 @@ options, tune)` → (scores, head options to store). The loss and metrics are th
 `compile()` defaults (`kbert.models`).
 """
 
+from __future__ import annotations
+
 import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from kbert.finetune import glue, ner, squad, squad_postprocess, swag, userdata
+from kbert.hints import PathLike
+
+if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
+    from kbert.tokenizer import Tokenizer
+
+# A task head's options as the checkpoint stores them (labels, problem, version, ...).
+Options = dict[str, Any]
+# The model's predictions on a file: one array, or a dict of arrays by output name.
+Outputs = Any
+# What `fit` reads: the features, the target name(s) and the sample-weight name (or None).
+Targets = tuple[dict[str, np.ndarray], Union[str, tuple[str, ...]], Union[str, None]]
+Scores = tuple[dict[str, float], Options]
+# A task's examples as its `read` gives them (a list of examples, or a SquadData): `Any` here,
+# as `kbert.finetune` hands each task back what that task read.
+Data = Any
 
 OWN_DATA_TASKS = ("classify", "regress", "tag", "qa")
 TASKS = tuple(glue.TASKS) + ("squad", "squad2", "conll2003", "swag") + OWN_DATA_TASKS
@@ -30,33 +49,33 @@ TASKS = tuple(glue.TASKS) + ("squad", "squad2", "conll2003", "swag") + OWN_DATA_
 @dataclasses.dataclass
 class Prepared:
     """One file ready for the model: its examples, numpy features, and the mapping back."""
-    data: object       # the examples (a SquadData for SQuAD)
+    data: Data         # the examples (a SquadData for SQuAD)
     features: dict     # input_ids, segment_ids, input_mask (+ labels) [N, ...]
-    extra: object = None
+    extra: Any = None
 
 
 class GlueTask:
     head, sequence_output, max_seq_length = "classifier", False, 128
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name, self.task = name, glue.get_task(name)
         self.metric = self.task.main_metric
 
-    def read(self, path):
+    def read(self, path: PathLike) -> list[glue.GlueExample]:
         return glue.read_glue(self.task, path)
 
-    def head_of(self, data, n):
+    def head_of(self, data: Data, n: int) -> Data:
         return data[:n]
 
-    def size(self, prepared):
+    def size(self, prepared: Prepared) -> int:
         return len(prepared.data)
 
-    def head_options(self, data):
+    def head_options(self, data: Data) -> Options:
         if self.task.is_regression:
             return {"task": self.name, "problem": "regression", "num_labels": 1}
         return {"task": self.name, "problem": "classification", "labels": list(self.task.labels)}
 
-    def check_options(self, options, where):
+    def check_options(self, options: Options, where: str) -> None:
         expected = self.head_options([])
         if options.get("problem", "classification") != expected["problem"] or \
                 options.get("labels") and options["labels"] != expected.get("labels"):
@@ -64,50 +83,54 @@ class GlueTask:
                              f"{options.get('labels') or options.get('problem')}, not "
                              f"{self.name}'s {expected.get('labels') or expected['problem']}")
 
-    def encode(self, tokenizer, data, max_seq_length, training, options):
+    def encode(self, tokenizer: Tokenizer, data: Data, max_seq_length: int, training: bool,
+               options: Options) -> Prepared:
         features, _ = glue.encode_glue(tokenizer, self.task, data, max_seq_length)
         return Prepared(data, features)
 
-    def targets(self, prepared):
+    def targets(self, prepared: Prepared) -> Targets:
         return prepared.features, "label_ids", None
 
-    def score(self, prepared, outputs, options, tune=False):
+    def score(self, prepared: Prepared, outputs: Outputs, options: Options,
+              tune: bool = False) -> Scores:
         return glue.evaluate_glue(self.task, prepared.data, outputs), options
 
 
 class SquadTask:
     head, sequence_output, max_seq_length, metric = "span", True, 384, "f1"
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name, self.version_2 = name, name == "squad2"
 
-    def read(self, path):
+    def read(self, path: PathLike) -> squad.SquadData:
         return squad.read_squad(path)
 
-    def head_of(self, data, n):
+    def head_of(self, data: Data, n: int) -> Data:
         return dataclasses.replace(data, examples=data.examples[:n])
 
-    def size(self, prepared):
+    def size(self, prepared: Prepared) -> int:
         return len(prepared.data.examples)
 
-    def head_options(self, data):
+    def head_options(self, data: Data) -> Options:
         return {"version": "2.0" if self.version_2 else "1.1", "null_score_diff_threshold": 0.0}
 
-    def check_options(self, options, where):
+    def check_options(self, options: Options, where: str) -> None:
         pass
 
-    def encode(self, tokenizer, data, max_seq_length, training, options):
+    def encode(self, tokenizer: Tokenizer, data: Data, max_seq_length: int, training: bool,
+               options: Options) -> Prepared:
         encoded = squad.encode_squad(tokenizer, data.examples, is_training=training,
                                      max_seq_length=max_seq_length)
         return Prepared(data, encoded.features, encoded)
 
-    def targets(self, prepared):
+    def targets(self, prepared: Prepared) -> Targets:
         f = prepared.features
         features = {k: f[k] for k in ("input_ids", "segment_ids", "input_mask")}
         features.update(start_logits=f["start_positions"], end_logits=f["end_positions"])
         return features, ("start_logits", "end_logits"), None
 
-    def score(self, prepared, outputs, options, tune=False):
+    def score(self, prepared: Prepared, outputs: Outputs, options: Options,
+              tune: bool = False) -> Scores:
         from kbert.finetune import metrics
         threshold = float(options.get("null_score_diff_threshold", 0.0))
         result = squad_postprocess.postprocess(
@@ -128,36 +151,38 @@ class SquadTask:
 class ConllTask:
     name, head, sequence_output, max_seq_length, metric = "conll2003", "tagger", True, 128, "f1"
 
-    def read(self, path):
+    def read(self, path: PathLike) -> Sequence[ner.Sentence]:
         return ner.read_conll(path, scheme="iob2")
 
-    def head_of(self, data, n):
+    def head_of(self, data: Data, n: int) -> Data:
         return data[:n]
 
-    def size(self, prepared):
+    def size(self, prepared: Prepared) -> int:
         return len(prepared.data)
 
-    def head_options(self, data):
+    def head_options(self, data: Data) -> Options:
         found = {t for s in data for t in s.tags}
         labels = ner.CONLL2003_LABELS if found <= set(ner.CONLL2003_LABELS) else \
             ner.label_list(data)
         return {"labels": list(labels)}
 
-    def check_options(self, options, where):
+    def check_options(self, options: Options, where: str) -> None:
         if not options.get("labels"):
             raise ValueError(f"checkpoint {where}: its tagger head has no labels")
 
-    def encode(self, tokenizer, data, max_seq_length, training, options):
+    def encode(self, tokenizer: Tokenizer, data: Data, max_seq_length: int, training: bool,
+               options: Options) -> Prepared:
         encoded = ner.encode_ner(tokenizer, data, options["labels"], max_seq_length)
         return Prepared(data, encoded.features, encoded)
 
-    def targets(self, prepared):
+    def targets(self, prepared: Prepared) -> Targets:
         # Only a word's first piece is trained on: weight 1 there, 0 elsewhere (label -100).
         f = dict(prepared.features)
         f["label_ids"] = np.maximum(f["label_ids"], 0)
         return f, "label_ids", "label_weights"
 
-    def score(self, prepared, outputs, options, tune=False):
+    def score(self, prepared: Prepared, outputs: Outputs, options: Options,
+              tune: bool = False) -> Scores:
         tags = ner.predictions_to_tags(outputs, prepared.extra, options["labels"])
         return ner.evaluate_ner(prepared.data, tags), options
 
@@ -166,50 +191,53 @@ class SwagTask:
     name, head, sequence_output, max_seq_length, metric = "swag", "choice", False, 128, \
         "accuracy"
 
-    def read(self, path):
+    def read(self, path: PathLike) -> list[swag.SwagExample]:
         return swag.read_swag(path)
 
-    def head_of(self, data, n):
+    def head_of(self, data: Data, n: int) -> Data:
         return data[:n]
 
-    def size(self, prepared):
+    def size(self, prepared: Prepared) -> int:
         return len(prepared.data)
 
-    def head_options(self, data):
+    def head_options(self, data: Data) -> Options:
         return {"num_choices": swag.NUM_CHOICES}
 
-    def check_options(self, options, where):
+    def check_options(self, options: Options, where: str) -> None:
         pass
 
-    def encode(self, tokenizer, data, max_seq_length, training, options):
+    def encode(self, tokenizer: Tokenizer, data: Data, max_seq_length: int, training: bool,
+               options: Options) -> Prepared:
         features, _ = swag.encode_swag(tokenizer, data, max_seq_length)
         return Prepared(data, features)
 
-    def targets(self, prepared):
+    def targets(self, prepared: Prepared) -> Targets:
         return prepared.features, "label_ids", None
 
-    def score(self, prepared, outputs, options, tune=False):
+    def score(self, prepared: Prepared, outputs: Outputs, options: Options,
+              tune: bool = False) -> Scores:
         return swag.evaluate_swag(prepared.data, outputs), options
 
 
 class TableTask(GlueTask):
     """classify / regress: your own CSV, TSV or JSONL file with named columns."""
 
-    def __init__(self, name, text_column=None, text_pair_column=None, label_column=None):
+    def __init__(self, name: str, text_column: str | None = None,
+                 text_pair_column: str | None = None, label_column: str | None = None) -> None:
         self.name, self.regression = name, name == "regress"
         self.columns = (text_column or "text", text_pair_column, label_column or "label")
         self.metric = "pearson" if self.regression else "accuracy"
         self.task = self._glue_task(())
 
-    def _glue_task(self, labels):
+    def _glue_task(self, labels: Sequence[str]) -> glue.GlueTask:
         metrics = ("pearson", "spearman") if self.regression else ("accuracy", "macro_f1")
         texts = tuple(c for c in self.columns[:2] if c)
         return glue.GlueTask(self.name, "", texts, self.columns[2], tuple(labels), metrics)
 
-    def read(self, path):
+    def read(self, path: PathLike) -> list[glue.GlueExample]:
         return userdata.read_table(path, *self.columns, regression=self.regression)
 
-    def head_options(self, data):
+    def head_options(self, data: Data) -> Options:
         if self.regression:
             return {"task": self.name, "problem": "regression", "num_labels": 1}
         labels = userdata.label_list(data)
@@ -218,7 +246,7 @@ class TableTask(GlueTask):
                              f"{len(labels)} distinct label(s); classify needs at least 2")
         return {"task": self.name, "problem": "classification", "labels": labels}
 
-    def check_options(self, options, where):
+    def check_options(self, options: Options, where: str) -> None:
         problem = "regression" if self.regression else "classification"
         if options.get("problem", "classification") != problem:
             raise ValueError(f"checkpoint {where}: its classifier head does "
@@ -226,7 +254,8 @@ class TableTask(GlueTask):
         if not self.regression and not options.get("labels"):
             raise ValueError(f"checkpoint {where}: its classifier head stores no labels")
 
-    def encode(self, tokenizer, data, max_seq_length, training, options):
+    def encode(self, tokenizer: Tokenizer, data: Data, max_seq_length: int, training: bool,
+               options: Options) -> Prepared:
         labels = options.get("labels") or ()
         for e in data:
             if not self.regression and e.label is not None and e.label not in labels:
@@ -235,7 +264,8 @@ class TableTask(GlueTask):
         features, _ = glue.encode_glue(tokenizer, self._glue_task(labels), data, max_seq_length)
         return Prepared(data, features)
 
-    def score(self, prepared, outputs, options, tune=False):
+    def score(self, prepared: Prepared, outputs: Outputs, options: Options,
+              tune: bool = False) -> Scores:
         # The labels come with the options (the checkpoint's, or the training file's), not from
         # state left by encode: a set encoded elsewhere (`kbert.finetune.encode`) scores the same.
         task = self._glue_task(options.get("labels") or ())
@@ -245,16 +275,17 @@ class TableTask(GlueTask):
 class TagTask(ConllTask):
     """tag: your own CoNLL (word ... tag) or JSONL (tokens, tags) file; tags kept as given."""
 
-    def __init__(self, tokens_key=None, tags_key=None):
+    def __init__(self, tokens_key: str | None = None, tags_key: str | None = None) -> None:
         self.name, self.keys = "tag", (tokens_key or "tokens", tags_key or "tags")
 
-    def read(self, path):
-        return userdata.read_tagged(path, *self.keys)
+    def read(self, path: PathLike) -> Sequence[userdata.TaggedSentence]:
+        return userdata.read_tagged(str(path), *self.keys)
 
-    def head_options(self, data):
+    def head_options(self, data: Data) -> Options:
         return {"labels": ner.label_list(data)}
 
-    def encode(self, tokenizer, data, max_seq_length, training, options):
+    def encode(self, tokenizer: Tokenizer, data: Data, max_seq_length: int, training: bool,
+               options: Options) -> Prepared:
         known = set(options["labels"])
         for s in data:
             for w, tag in enumerate(s.tags):
@@ -267,19 +298,25 @@ class TagTask(ConllTask):
 class QaTask(SquadTask):
     """qa: your own SQuAD-format JSON; v2.0 (no-answer questions) when the file says so."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("qa")
 
-    def head_options(self, data):
+    def head_options(self, data: Data) -> Options:
         v2 = data.version.startswith("2") or any(e.is_impossible for e in data.examples)
         return {"version": "2.0" if v2 else "1.1", "null_score_diff_threshold": 0.0}
 
-    def score(self, prepared, outputs, options, tune=False):
+    def score(self, prepared: Prepared, outputs: Outputs, options: Options,
+              tune: bool = False) -> Scores:
         self.version_2 = str(options.get("version", "1.1")).startswith("2")
         return super().score(prepared, outputs, options, tune)
 
 
-def get_task(name, text_column=None, text_pair_column=None, label_column=None):
+# What `kbert.finetune` runs: one of the task classes above (they share no base class).
+Task = Union[GlueTask, SquadTask, ConllTask, SwagTask]
+
+
+def get_task(name: str, text_column: str | None = None, text_pair_column: str | None = None,
+             label_column: str | None = None) -> Task:
     """The task object for a TASK name (`sst2`, `squad2`, `conll2003`, `classify`, ...).
 
     The column options are for the own-data tasks: `classify`/`regress` read `text_column`

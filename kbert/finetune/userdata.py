@@ -17,12 +17,17 @@ Example:
 [('2', 'great, really', 'pos'), ('3', 'dull', 'neg')]
 """
 
+from __future__ import annotations
+
 import csv
 import dataclasses
-import json
 import os
+from collections.abc import Sequence
+from typing import Any
 
 from kbert.finetune import glue, ner
+from kbert.hints import PathLike
+from kbert.jsonl import json_lines
 
 TABLE_FORMATS = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".jsonl": None, ".json": None,
                  ".ndjson": None}
@@ -40,18 +45,11 @@ def _format(path):
 
 def _json_rows(path):
     """(line number, object) for each non-blank line of a JSONL file."""
-    with open(path, encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: invalid JSON: {e.msg}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, found "
-                                 f"{type(row).__name__}")
-            yield number, row
+    for number, row in json_lines(path, encoding="utf-8-sig"):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: expected a JSON object, found "
+                             f"{type(row).__name__}")
+        yield number, row
 
 
 def _delimited_rows(path, delimiter):
@@ -73,8 +71,8 @@ def _delimited_rows(path, delimiter):
             start = reader.line_num
 
 
-def read_table(path, text_column="text", text_pair_column=None, label_column="label",
-               regression=False):
+def read_table(path: PathLike, text_column: str = "text", text_pair_column: str | None = None,
+               label_column: str = "label", regression: bool = False) -> list[glue.GlueExample]:
     """Examples of a CSV, TSV or JSONL file; a row without its label gives `label=None`
     only when the whole file has no label column (a file to predict on)."""
     delimiter = _format(path)
@@ -120,7 +118,7 @@ def _label(value, regression, column, where):
     return str(value)
 
 
-def label_list(examples):
+def label_list(examples: Sequence[glue.GlueExample]) -> list[Any]:
     """The distinct labels, sorted; numerically when every label is an integer."""
     found = {e.label for e in examples if e.label is not None}
     try:
@@ -134,12 +132,13 @@ class TaggedSentence(ner.Sentence):
     path: str = ""
     jsonl: bool = False
 
-    def where(self, word=0):
+    def where(self, word: int = 0) -> str:
         """FILE:LINE of a word (CoNLL: its own line; JSONL: the sentence's line)."""
         return f"{self.path}:{self.line + (0 if self.jsonl else word)}"
 
 
-def read_tagged(path, tokens_key="tokens", tags_key="tags"):
+def read_tagged(path: str, tokens_key: str = "tokens",
+                tags_key: str = "tags") -> list[TaggedSentence]:
     """Sentences of a JSONL file of {tokens, tags} or of a CoNLL file (word ... tag)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"file not found: {path}")

@@ -26,6 +26,7 @@ def fill_mask(runner: TextRunner, ckpt: Contents, text: Texts, top_k: int = 5,
             raise ValueError(f"fill_mask: {where} no [MASK] token to fill")
     positions: dict[int, np.ndarray] = {}
 
+    # twin of `kbert.serving.graph_ops.mask_positions` (in the exported graph)
     def mask_positions(idx: np.ndarray, features: dict) -> dict:
         found = [np.flatnonzero(row == mask_id) for row in features["input_ids"]]
         for i, p in zip(idx, found):

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kbert.jsonl import json_lines
+
 if TYPE_CHECKING:   # type-only: the pipeline imports this package
     from kbert.pipeline import Bert
 
@@ -96,27 +98,20 @@ def _read_jsonl(path: str) -> RetrievalData:
             corpus.append(text)
         return rows[text]
 
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RetrievalDataError(f"{where}: not valid JSON ({e.msg})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("query"), str) \
-                    or not record["query"].strip():
-                raise RetrievalDataError(f"{where}: expected an object with a 'query' string")
-            positives = _strings(record, "positive", where) + _strings(record, "positives",
-                                                                      where)
-            if not positives:
-                raise RetrievalDataError(f"{where}: no 'positive' (or 'positives') passage")
-            for key in ("negative", "negatives"):
-                for text in _strings(record, key, where):
-                    row_of(text)
-            queries.append(record["query"])
-            relevant.append({row_of(t) for t in positives})
+    for n, record in json_lines(path, error=RetrievalDataError,
+                                invalid="not valid JSON ({msg})"):
+        where = f"{path}:{n}"
+        if not isinstance(record, dict) or not isinstance(record.get("query"), str) \
+                or not record["query"].strip():
+            raise RetrievalDataError(f"{where}: expected an object with a 'query' string")
+        positives = _strings(record, "positive", where) + _strings(record, "positives", where)
+        if not positives:
+            raise RetrievalDataError(f"{where}: no 'positive' (or 'positives') passage")
+        for key in ("negative", "negatives"):
+            for text in _strings(record, key, where):
+                row_of(text)
+        queries.append(record["query"])
+        relevant.append({row_of(t) for t in positives})
     if not queries:
         raise RetrievalDataError(f"{path}: no queries found")
     return RetrievalData(corpus, queries, relevant, [0] * len(queries))

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from kbert.jsonl import json_lines
 
 if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
     from kbert.tokenizer import Tokenizer
@@ -111,17 +112,10 @@ def read_texts(paths: Sequence[str], column: str | None = None) -> tuple[list[st
 
 def _jsonl(path: str, column: str) -> list[tuple[int | None, str]]:
     rows: list[tuple[int | None, str]] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PassageError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-            if not isinstance(record, dict) or not isinstance(record.get(column), str):
-                raise PassageError(f"{path}:{n}: expected an object with a string '{column}'")
-            rows.append((n, record[column]))
+    for n, record in json_lines(path, error=PassageError, invalid="not valid JSON ({msg})"):
+        if not isinstance(record, dict) or not isinstance(record.get(column), str):
+            raise PassageError(f"{path}:{n}: expected an object with a string '{column}'")
+        rows.append((n, record[column]))
     return rows
 
 

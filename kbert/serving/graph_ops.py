@@ -7,17 +7,26 @@ them loads in TF Serving 2.20. Each function mirrors one step of the Python refe
 `char_offset` turns them into the character offsets the Python API returns.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import tensorflow as tf
 
 from kbert.finetune.metrics import chunk_ends, chunk_starts, split_tag
+from kbert.hints import Tensor
+
+# (cls_id, sep_id, pad_id)
+Special = tuple[int, int, int]
 
 
-def truncate_pair(len_a, len_b, budget):
+def truncate_pair(len_a: Tensor, len_b: Tensor, budget: int) -> tuple[Tensor, Tensor]:
     """Lengths after google-research/bert's `_truncate_seq_pair`: one token at a time from the
     longer side (the second on a tie) until both fit in `budget`.
 
     The loop ends with the shorter side untouched if the longer alone can absorb the cut,
     else with floor(budget / 2) tokens for the second and the rest for the first.
+    Twin of the truncation loop in `kbert.tokenizer.Tokenizer.pack`.
     """
     len_b = tf.minimum(len_b, tf.maximum(budget - len_a, budget // 2))
     return tf.minimum(len_a, budget - len_b), len_b
@@ -30,7 +39,9 @@ def _gather_padded(values, index, valid, fill):
     return tf.where(valid, tf.gather(values, index), tf.cast(fill, values.dtype))
 
 
-def assemble(special, a_values, a_begin, a_len, b_values=None, b_begin=None, b_len=None):
+def assemble(special: Special, a_values: Tensor, a_begin: Tensor, a_len: Tensor,
+             b_values: Tensor = None, b_begin: Tensor = None,
+             b_len: Tensor = None) -> tuple[dict[str, Tensor], Tensor]:
     """Rows `[CLS] A [SEP] (B [SEP])` padded to the longest, from flat token values.
 
     Row r takes `a_len[r]` tokens of `a_values` from `a_begin[r]` (and likewise for B).
@@ -66,8 +77,12 @@ def assemble(special, a_values, a_begin, a_len, b_values=None, b_begin=None, b_l
     return features, b_index
 
 
-def pack(special, first, second=None, max_seq_length=512):
-    """Ragged ids [B, (n)] → `Tokenizer.pack`'s features, in the graph (same truncation)."""
+def pack(special: Special, first: Tensor, second: Tensor | None = None,
+         max_seq_length: int = 512) -> dict[str, Tensor]:
+    """Ragged ids [B, (n)] → `Tokenizer.pack`'s features, in the graph (same truncation).
+
+    Twin of `kbert.tokenizer.Tokenizer.pack` (Python); tests/serving/test_export.py holds the
+    exported answers equal to the pipeline's."""
     len_a = first.row_lengths()
     if second is None:
         len_a = tf.minimum(len_a, max_seq_length - 2)
@@ -77,7 +92,7 @@ def pack(special, first, second=None, max_seq_length=512):
                     second.flat_values, second.row_starts(), len_b)[0]
 
 
-def char_offset(texts, byte_offsets):
+def char_offset(texts: Tensor, byte_offsets: Tensor) -> Tensor:
     """Byte offsets into `texts` (same shape, -1 = none) → character offsets (-1 kept).
 
     Twin: `kbert.tokenizer.char_offsets` does this in Python; tests/serving/test_graph_ops.py
@@ -91,13 +106,15 @@ def char_offset(texts, byte_offsets):
     return tf.where(byte_offsets < 0, tf.constant(-1, byte_offsets.dtype), chars)
 
 
-def cut(texts, start, end):
+def cut(texts: Tensor, start: Tensor, end: Tensor) -> Tensor:
     """texts[start:end] in bytes ("" where start < 0)."""
     return tf.strings.substr(texts, tf.maximum(start, 0), tf.maximum(end - start, 0))
 
 
-def mask_positions(input_ids, mask_id, max_masks):
-    """Positions of the first `max_masks` mask tokens in each row, [B, M], and which are real."""
+def mask_positions(input_ids: Tensor, mask_id: int, max_masks: int) -> tuple[Tensor, Tensor]:
+    """Positions of the first `max_masks` mask tokens in each row, [B, M], and which are real.
+
+    Twin of `mask_positions` in `kbert.inference.masked_lm.fill_mask` (Python)."""
     is_mask = tf.equal(input_ids, mask_id)
     width = tf.shape(input_ids, out_type=tf.int64)[1]
     column = tf.range(width)[None, :]
@@ -109,7 +126,7 @@ def mask_positions(input_ids, mask_id, max_masks):
     return tf.where(valid, order, 0), valid
 
 
-def chunk_tables(labels):
+def chunk_tables(labels: Sequence[str]) -> tuple[Tensor, Tensor, Tensor]:
     """conlleval's chunk start / end rules (`kbert.finetune.metrics`) as [L + 1, L + 1] tables over
     (previous label, label); index L is the "O" that surrounds each sentence."""
     parts = [split_tag(label) for label in labels] + [("O", "")]
@@ -118,8 +135,11 @@ def chunk_tables(labels):
     return tf.constant(starts), tf.constant(ends), tf.constant([p[1] for p in parts])
 
 
-def group_entities(tables, word_label, word_row):
-    """Word labels (flat over the batch, rows in order) → entities as conlleval groups them.
+def group_entities(tables: tuple[Tensor, Tensor, Tensor], word_label: Tensor,
+                   word_row: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Word labels (flat over the batch, rows in order) → entities as conlleval groups them:
+    the twin of `kbert.finetune.metrics.entities` (tests/serving/test_graph_ops.py holds them
+    equal).
 
     A chunk is open at a word exactly when its tag is not O, so the sequential rule of
     `kbert.finetune.metrics.entities` becomes: a chunk ends at word i when ends[label_i, label_i+1]

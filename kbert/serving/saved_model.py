@@ -41,7 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import keras
 
@@ -79,7 +79,7 @@ class ExportError(ValueError):
     """A checkpoint that cannot be exported as asked."""
 
 
-def signatures_for(heads):
+def signatures_for(heads: Collection[str]) -> list[str]:
     """The string signatures a checkpoint with these heads gets, in MAIN_ORDER first."""
     names = [n for n in HEAD_OF if HEAD_OF[n] is None or HEAD_OF[n] in heads]
     return sorted(names, key=lambda n: MAIN_ORDER.index(n) if n in MAIN_ORDER else 99)
@@ -193,9 +193,9 @@ def _export_in_subprocess(checkpoint_dir, output, version, signatures, options, 
     return done.stdout.strip().splitlines()[-1]
 
 
-def saved_model_ops(saved_model_dir):
+def saved_model_ops(saved_model_dir: str | os.PathLike) -> set[str]:
     """{op name} used anywhere in a SavedModel: its graph and every function in its library."""
-    ops = set()
+    ops: set[str] = set()
     for meta in _saved_model_proto(saved_model_dir).meta_graphs:
         ops.update(node.op for node in meta.graph_def.node)
         for function in meta.graph_def.library.function:
@@ -210,7 +210,7 @@ def _saved_model_proto(saved_model_dir):
         return saved_model_pb2.SavedModel.FromString(f.read())
 
 
-def list_signatures(saved_model_dir):
+def list_signatures(saved_model_dir: str | os.PathLike) -> list[str]:
     """The signature names of a written SavedModel."""
     names = _saved_model_proto(saved_model_dir).meta_graphs[0].signature_def
     return sorted(n for n in names if not n.startswith("__"))

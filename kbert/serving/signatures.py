@@ -5,9 +5,14 @@ Each mirrors the `kbert.pipeline.Bert` method of the same name: the same tokeniz
 the encoder's `max_position_embeddings`, the same post-processing.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
+from kbert.hints import Tensor
 from kbert.serving import squad_graph
 from kbert.serving.graph_ops import (
     char_offset,
@@ -42,7 +47,7 @@ class Signatures:
                     seen.add(id(v))
                     self.variables.append(v)
 
-    def concrete(self, name):
+    def concrete(self, name: str) -> Any:
         """The concrete function of signature `name` (a string one or `<task>_ids`)."""
         fn = getattr(self, name)
         if name.endswith("_ids"):
@@ -67,7 +72,7 @@ class Signatures:
         return {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask}
 
     # --- string signatures --------------------------------------------------------------------
-    def fill_mask(self, text):
+    def fill_mask(self, text: Tensor) -> dict[str, Tensor]:
         tok, options = self.tokenizer, self.options
         ids = self._tokenize(text)
         features = self._pack(ids)
@@ -83,7 +88,7 @@ class Signatures:
             "num_masks": tf.reduce_sum(tf.cast(tf.equal(ids, tok.mask_id), tf.int32), 1),
         }
 
-    def next_sentence(self, sentence_a, sentence_b):
+    def next_sentence(self, sentence_a: Tensor, sentence_b: Tensor) -> dict[str, Tensor]:
         features = self._pack(self._tokenize(sentence_a), self._tokenize(sentence_b))
         logits = self.heads["nsp"](self._encode(features)["pooled_output"])
         return {"is_next": tf.nn.softmax(logits, -1)[:, 0], "logits": logits}
@@ -99,13 +104,13 @@ class Signatures:
         return {"probabilities": probs, "label": tf.gather(labels, tf.argmax(probs, -1)),
                 "labels": tf.broadcast_to(labels[None, :], tf.shape(probs))}
 
-    def classify(self, text):
+    def classify(self, text: Tensor) -> dict[str, Tensor]:
         return self._classify(self._pack(self._tokenize(text)))
 
-    def classify_pair(self, text, text_pair):
+    def classify_pair(self, text: Tensor, text_pair: Tensor) -> dict[str, Tensor]:
         return self._classify(self._pack(self._tokenize(text), self._tokenize(text_pair)))
 
-    def embed(self, text):
+    def embed(self, text: Tensor) -> dict[str, Tensor]:
         """`Bert.embed(text)` with its defaults, in the graph: texts cut at the length the
         encoder records (`Checkpoint.embedding_defaults`: 256 for all-MiniLM-L6-v2), and its
         pooling as `embedding`, unit length; both poolings unnormalized as `cls` and `mean`."""
@@ -120,7 +125,7 @@ class Signatures:
         norm = tf.maximum(tf.norm(vector, axis=-1, keepdims=True), 1e-12)
         return {"embedding": vector / norm, **pooled}
 
-    def tag(self, text):
+    def tag(self, text: Tensor) -> dict[str, Tensor]:
         tok = self.tokenizer
         labels = self.ckpt.head_options["tagger"]["labels"]
         ids, starts, ends = (x[:, :self.max_seq_length - 2]
@@ -166,7 +171,7 @@ class Signatures:
                                     tf.int32),
         }
 
-    def answer(self, question, context):
+    def answer(self, question: Tensor, context: Tensor) -> dict[str, Tensor]:
         tok = self.tokenizer
         options = self.ckpt.head_options.get("span", {})
         span_head = self.heads["span"]
@@ -182,27 +187,33 @@ class Signatures:
             threshold=float(options.get("null_score_diff_threshold", 0.0)))
 
     # --- token-id signatures ------------------------------------------------------------------
-    def fill_mask_ids(self, input_ids, segment_ids, input_mask):
+    def fill_mask_ids(self, input_ids: Tensor, segment_ids: Tensor,
+            input_mask: Tensor) -> dict[str, Tensor]:
         out = self._encode(self._features(input_ids, segment_ids, input_mask))
         return {"logits": self.heads["mlm"](out["sequence_output"])}            # [B, T, V]
 
-    def next_sentence_ids(self, input_ids, segment_ids, input_mask):
+    def next_sentence_ids(self, input_ids: Tensor, segment_ids: Tensor,
+            input_mask: Tensor) -> dict[str, Tensor]:
         out = self._encode(self._features(input_ids, segment_ids, input_mask))
         return {"logits": self.heads["nsp"](out["pooled_output"])}
 
-    def answer_ids(self, input_ids, segment_ids, input_mask):
+    def answer_ids(self, input_ids: Tensor, segment_ids: Tensor,
+            input_mask: Tensor) -> dict[str, Tensor]:
         out = self._encode(self._features(input_ids, segment_ids, input_mask))
         start, end = self.heads["span"](out["sequence_output"])
         return {"start_logits": start, "end_logits": end}
 
-    def classify_ids(self, input_ids, segment_ids, input_mask):
+    def classify_ids(self, input_ids: Tensor, segment_ids: Tensor,
+            input_mask: Tensor) -> dict[str, Tensor]:
         out = self._encode(self._features(input_ids, segment_ids, input_mask))
         return {"logits": self.heads["classifier"](out["pooled_output"])}
 
-    def tag_ids(self, input_ids, segment_ids, input_mask):
+    def tag_ids(self, input_ids: Tensor, segment_ids: Tensor,
+            input_mask: Tensor) -> dict[str, Tensor]:
         out = self._encode(self._features(input_ids, segment_ids, input_mask))
         return {"logits": self.heads["tagger"](out["sequence_output"])}
 
-    def embed_ids(self, input_ids, segment_ids, input_mask):
+    def embed_ids(self, input_ids: Tensor, segment_ids: Tensor,
+            input_mask: Tensor) -> dict[str, Tensor]:
         out = self._encode(self._features(input_ids, segment_ids, input_mask))
         return {"sequence_output": out["sequence_output"], "pooled_output": out["pooled_output"]}

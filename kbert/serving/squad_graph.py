@@ -16,15 +16,27 @@ The same steps as `kbert.pipeline.Bert.answer` (`kbert.finetune.squad.encode_squ
 Character offsets come from the tokenizer's byte offsets.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import tensorflow as tf
 
+from kbert.hints import Tensor
 from kbert.serving.graph_ops import assemble, char_offset, cut
 
+if TYPE_CHECKING:   # type-only: the export imports this module
+    from kbert.serving.saved_model import ExportOptions
 
-def windows(special, question, context, max_seq_length, doc_stride, max_query_length):
+
+def windows(special: tuple[int, int, int], question: Tensor, context: Tensor,
+            max_seq_length: int, doc_stride: int, max_query_length: int,
+            ) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Ragged question / context ids [B, (n)] → window features [W, T] and, per window, its
     question, its first context token and its length; `b_index` [W, T] indexes the flat
-    context tokens (-1 outside the context)."""
+    context tokens (-1 outside the context). Twin of `kbert.finetune.squad.encode_squad`'s
+    windows (`_windows`)."""
     q_len = tf.minimum(question.row_lengths(), max_query_length)
     c_len = context.row_lengths()
     room = tf.maximum(max_seq_length - q_len - 3, 1)
@@ -41,7 +53,8 @@ def windows(special, question, context, max_seq_length, doc_stride, max_query_le
     return features, example, index, start, length, count, b_index
 
 
-def run_in_chunks(fn, features, max_chunk):
+def run_in_chunks(fn: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]],
+                  features: dict[str, Tensor], max_chunk: int) -> tuple[Tensor, Tensor]:
     """fn(features) → (start, end) logits [N, T], in equal chunks of at most `max_chunk` rows
     (bounded memory; no padding rows beyond the last chunk's remainder)."""
     n = tf.shape(features["input_ids"])[0]
@@ -57,7 +70,8 @@ def run_in_chunks(fn, features, max_chunk):
 
 
 def _max_context(position, example, index, start, length, count):
-    """True where the window is the one that gives `position` [W, K] the most context."""
+    """True where the window is the one that gives `position` [W, K] the most context.
+    Twin of `kbert.finetune.squad._max_context` (float64, so ties break the same way)."""
     siblings_start = tf.gather(tf.RaggedTensor.from_row_lengths(start, count).to_tensor(-1),
                                example)[:, None, :]                            # [W, 1, N]
     siblings_length = tf.gather(tf.RaggedTensor.from_row_lengths(length, count).to_tensor(0),
@@ -74,10 +88,14 @@ def _max_context(position, example, index, start, length, count):
     return tf.equal(first_best, index[:, None])
 
 
-def answer(run, special, question, context, texts, offsets, options, seq_length, version_2,
-           threshold):
+def answer(run: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]],
+           special: tuple[int, int, int], question: Tensor, context: Tensor, texts: Tensor,
+           offsets: tuple[Tensor, Tensor], options: ExportOptions, seq_length: int,
+           version_2: bool, threshold: float) -> dict[str, Tensor]:
     """The signature body. question / context: ragged ids; `offsets`: the context tokens'
-    (starts, ends) byte offsets, ragged like `context`. Returns the output dict."""
+    (starts, ends) byte offsets, ragged like `context`. Returns the output dict.
+    Twin of `kbert.finetune.squad_postprocess.postprocess` (Python); tests/serving/test_export.py
+    holds the exported answers equal to the pipeline's."""
     features, example, index, start, length, count, b_index = windows(
         special, question, context, seq_length, options.doc_stride,
         options.max_query_length)

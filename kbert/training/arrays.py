@@ -14,22 +14,29 @@ Example:
 """
 
 import math
+import os
 import time
 
 import keras
+import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
+from kbert.config import BertConfig
 from kbert.optimization import batches_seen, create_optimizer
 from kbert.training.callbacks import StopAfter, TrainingMetrics
 from kbert.training.loop import PretrainResult, build_pretrainer
 
 
-def pretrain_arrays(arrays, output=None, config=None, init=None, vocab=None,
-                    objective="mlm_nsp", batch_size=256, steps=1000, warmup_steps=None,
-                    learning_rate=1e-4, weight_decay=0.01, dynamic_masking=False,
-                    max_predictions_per_seq=20,
-                    log_every=200, seed=0, mixed_precision=None, jit_compile="auto",
-                    max_seconds=None, save_dtype="float32", verbose=2):
+def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | None = None,
+                    config: BertConfig | dict | str | None = None,
+                    init: str | os.PathLike | None = None, vocab: str | list[str] | None = None,
+                    objective: str = "mlm_nsp", batch_size: int = 256, steps: int = 1000,
+                    warmup_steps: int | None = None, learning_rate: float = 1e-4,
+                    weight_decay: float = 0.01, dynamic_masking: bool = False,
+                    max_predictions_per_seq: int = 20, log_every: int = 200, seed: int = 0,
+                    mixed_precision: str | None = None, jit_compile: str | bool = "auto",
+                    max_seconds: float | None = None, save_dtype: str = "float32",
+                    verbose: int = 2) -> PretrainResult:
     """Pretrains on feature arrays and returns a `PretrainResult` (saving `output` if given).
 
     Args:

@@ -7,6 +7,8 @@ Example:
 >>> model.fit(ds.skip(seen), callbacks=callbacks)                                # doctest: +SKIP
 """
 
+from __future__ import annotations
+
 import contextlib
 import json
 import os
@@ -14,6 +16,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 
 import keras
 import numpy as np
@@ -30,7 +33,7 @@ class TrainingMetrics(keras.callbacks.Callback):
         self._last = None
         self._rate = None
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int | None, logs: dict | None = None) -> None:
         now = time.perf_counter()
         if self._last is not None and batch is not None:
             rate = self.batch_size / max(now - self._last, 1e-9)
@@ -42,7 +45,7 @@ class TrainingMetrics(keras.callbacks.Callback):
             if self._rate is not None:
                 logs["examples_per_second"] = self._rate
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.on_train_batch_end(None, logs)
 
 
@@ -53,7 +56,7 @@ class StopAfter(keras.callbacks.Callback):
         super().__init__()
         self.total_batches = total_batches
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int | None, logs: dict | None = None) -> None:
         if batches_seen(self.model.optimizer) >= self.total_batches:
             self.model.stop_training = True
 
@@ -90,7 +93,7 @@ class Backup(keras.callbacks.Callback):
         self.interrupted = False
 
     # --- reading -----------------------------------------------------------------------------
-    def backups(self):
+    def backups(self) -> list[str]:
         """The complete backups, oldest first."""
         if not os.path.isdir(self.backup_dir):
             return []
@@ -98,7 +101,7 @@ class Backup(keras.callbacks.Callback):
                  and os.path.isfile(os.path.join(self.backup_dir, n, self.STATE))]
         return [os.path.join(self.backup_dir, n) for n in sorted(names)]
 
-    def restore(self, model):
+    def restore(self, model: keras.Model) -> int:
         """Loads the newest backup into `model` (compiled, built); returns the batches seen."""
         self.set_model(model)
         self._remove_temporaries()              # what a kill in the middle of a write left
@@ -129,13 +132,13 @@ class Backup(keras.callbacks.Callback):
                          "another output) to start afresh")
 
     # --- writing -----------------------------------------------------------------------------
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int | None, logs: dict | None = None) -> None:
         if self.interrupted or batches_seen(self.model.optimizer) % self.save_freq == 0:
             self.save()
         if self.interrupted:
             self.model.stop_training = True
 
-    def save(self):
+    def save(self) -> str:
         """Writes a backup of the current state (see the class docstring for the order)."""
         seen = batches_seen(self.model.optimizer)
         target = os.path.join(self.backup_dir, f"ckpt-{seen:012d}")
@@ -161,7 +164,7 @@ class Backup(keras.callbacks.Callback):
         self._passed("cleanup")
         return target
 
-    def delete(self):
+    def delete(self) -> None:
         """Removes this run's backups (and the directory, when nothing else is in it)."""
         for path in self.backups():
             shutil.rmtree(path, ignore_errors=True)
@@ -186,7 +189,7 @@ def _as_json(settings):
     return json.loads(json.dumps(settings, default=str))
 
 
-def seed_states(model):
+def seed_states(model: keras.Model) -> list[keras.Variable]:
     """The state variables of the model's `keras.random.SeedGenerator`s (dropout), in a fixed
     order, found through the public `model.variables`."""
     found, seen = [], set()
@@ -198,7 +201,7 @@ def seed_states(model):
 
 
 @contextlib.contextmanager
-def save_on_signal(backup):
+def save_on_signal(backup: Backup) -> Iterator[None]:
     """SIGTERM/SIGINT → save at the end of the current step and stop (main thread only)."""
     def handler(signum, frame):
         backup.interrupted = True

@@ -11,9 +11,13 @@ Example:
 ('default', 1, True)
 """
 
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import os
+from collections.abc import Callable
+from typing import Any, ContextManager
 
 import keras
 
@@ -35,18 +39,19 @@ class Distribution:
     """
 
     kind: str
-    strategy: object = None
+    strategy: Any = None       # a tf.distribute.Strategy (TensorFlow only)
     num_replicas: int = 1
     worker_index: int = 0
 
     @property
-    def is_chief(self):
+    def is_chief(self) -> bool:
         return self.worker_index == 0
 
-    def scope(self):
+    def scope(self) -> ContextManager:
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
 
-    def dataset(self, make_stream, global_batch_size, targets=None):
+    def dataset(self, make_stream: Callable[[], Any], global_batch_size: int,
+                targets: Callable[[dict[str, Any]], Any] | None = None) -> Any:
         """`make_stream()` gives global batches of features; returns what `fit` should read,
         mapped by `targets` (default: MLM + NSP, `kbert.data.inputs.pretraining_targets`).
 
@@ -71,7 +76,7 @@ class Distribution:
             return ds.map(targets)
         return self.strategy.distribute_datasets_from_function(per_pipeline)
 
-    def prepare_for_fit(self, model, local_batch):
+    def prepare_for_fit(self, model: keras.Model, local_batch: Any) -> None:
         """Adapts a compiled `model` to `fit` under this strategy; call it once per model.
 
         `local_batch` is one batch of (features, targets) as a single device reads it.
@@ -104,7 +109,7 @@ def _build_metrics_from(model, local_batch):
         lambda iterator=None, data_batch=None: build(data_batch=local_batch))
 
 
-def select_distribution(kind="auto", tpu=None):
+def select_distribution(kind: str = "auto", tpu: str | None = None) -> Distribution:
     """One entry point for every topology.
 
     TensorFlow: "tpu" (a `TPUClusterResolver`, `tpu` names it; "auto" picks it when `TPU_NAME`

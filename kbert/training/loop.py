@@ -20,6 +20,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Sequence
 
 import keras
 import numpy as np
@@ -53,7 +54,7 @@ class PretrainResult:
     steps: int                  # optimizer updates done in total
     history: dict
     interrupted: bool = False
-    output: str | None = None
+    output: str | os.PathLike | None = None
     wall_seconds: float = 0.0
 
 
@@ -76,7 +77,7 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
              checkpoint_every: int = 1000, accumulate: int = 1, dynamic_masking: bool = False,
              phase_steps: list[int] | None = None, seed: int = 0, strategy: str = "auto",
              tpu: str | None = None, backup_dir: str | None = None, log_dir: str | None = None,
-             save_dtype: str = "float32", verbose: bool | str = "auto",
+             save_dtype: str = "float32", verbose: bool | int | str = "auto",
              model_card: str | None = None, shuffle_buffer: int = 10000,
              callbacks: tuple | list = (), objective: str = "mlm_nsp",
              text: str | list | None = None, text_mode: str = "nsp",
@@ -139,7 +140,9 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
     return result
 
 
-def build_model_and_optimizer(settings, dist, shapes):
+def build_model_and_optimizer(settings: Settings, dist: Distribution,
+                              shapes: Sequence[tuple[int, int]],
+                              ) -> tuple[keras.Model, list[str], bool]:
     """(compiled and built pretraining model, vocabulary, do_lower_case), in the strategy's
     scope, after checking the shards fit the model."""
     s = settings
@@ -159,7 +162,7 @@ def build_model_and_optimizer(settings, dist, shapes):
     return model, vocab, do_lower_case
 
 
-def jit_compile_setting(jit_compile):
+def jit_compile_setting(jit_compile: str | bool) -> str | bool:
     """`jit_compile` for the pretraining step. "auto" is Keras' choice (XLA on a TensorFlow GPU,
     always on JAX), except on PyTorch, where Keras never compiles: there a GPU compiles the step
     (`torch.compile`, the optimizer included), as a long run on fixed shapes pays back minutes of
@@ -179,7 +182,8 @@ def _backup_dir(settings, dist):
     return backup_dir
 
 
-def make_phases(settings, vocab, shapes, do_lower_case=True):
+def make_phases(settings: Settings, vocab: list[str], shapes: Sequence[tuple[int, int]],
+                do_lower_case: bool = True) -> list[Phase]:
     """One `Phase` per data set: its batch range and a stream that can skip into it."""
     from kbert.data import inputs
     if settings.from_text:
@@ -214,7 +218,9 @@ def _text_phase(settings, vocab, shape, do_lower_case):
     return Phase(files, 0, settings.steps * settings.accumulate, make_stream)
 
 
-def make_callbacks(settings, backup, log_dir=None, extra=()):
+def make_callbacks(settings: Settings, backup: Backup, log_dir: str | None = None,
+                   extra: Sequence[keras.callbacks.Callback] = (),
+                   ) -> tuple[StopAfter, list[keras.callbacks.Callback]]:
     """(the `StopAfter` that ends each phase, every callback of the run in order)."""
     stop = StopAfter(0)
     callbacks = [TrainingMetrics(settings.batch_size), stop, backup, *extra]
@@ -224,12 +230,15 @@ def make_callbacks(settings, backup, log_dir=None, extra=()):
     return stop, callbacks
 
 
-def fit_phases(model, phases, seen, dist, stop, callbacks, settings, verbose="auto"):
+def fit_phases(model: keras.Model, phases: Sequence[Phase], seen: int, dist: Distribution,
+               stop: StopAfter, callbacks: list[keras.callbacks.Callback], settings: Settings,
+               verbose: bool | int | str = "auto") -> tuple[dict[str, list], int]:
     """`model.fit` over each phase not finished yet, from batch `seen`; returns the merged
     history and the batches seen at the end. A SIGTERM/SIGINT saves a backup and stops."""
     backup = next(c for c in callbacks if isinstance(c, Backup))
     per_epoch = settings.checkpoint_every * settings.accumulate
-    history, prepared = {}, False
+    history: dict[str, list] = {}
+    prepared = False
     with save_on_signal(backup):
         for phase in phases:
             if seen >= phase.end or backup.interrupted:
@@ -260,12 +269,14 @@ def _targets(objective):
     return targets_for(objective)
 
 
-def save_checkpoint(model, vocab, do_lower_case, settings, dist, save_dtype="float32",
-                    model_card=None):
+def save_checkpoint(model: keras.Model, vocab: list[str], do_lower_case: bool,
+                    settings: Settings, dist: Distribution, save_dtype: str = "float32",
+                    model_card: str | None = None) -> str | os.PathLike:
     """Writes the checkpoint directory (the chief writes `output`; other workers a copy in
     their backup folder, as every worker must save under a multi-worker strategy)."""
     target = (settings.output if dist.is_chief else
               os.path.join(_backup_dir(settings, dist), "final"))
+    assert target is not None, "save_checkpoint is for a run with an output directory"
     checkpoint_lib.save(target, model, vocab=vocab, do_lower_case=do_lower_case,
                         dtype=save_dtype, model_card=model_card)
     return target

@@ -2,16 +2,27 @@
 ablations — built from a config and vocabulary or from a checkpoint (`build_pretrainer`), and
 scored on held-out data (`evaluate_pretraining`)."""
 
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
 from kbert import checkpoint as checkpoint_lib
 from kbert.config import PRESETS, BertConfig, read_vocab
 from kbert.models import BertLeftToRightLM, BertPretrainer
+
+if TYPE_CHECKING:   # type-only
+    import keras
 
 # The paper's objective and its section 5.1 ablations: MLM + NSP, MLM alone ("No NSP"), and a
 # left-to-right LM on a causal encoder ("LTR & No NSP"). Targets: kbert.data.inputs.targets_for.
 OBJECTIVES = ("mlm_nsp", "mlm", "ltr")
 
 
-def build_pretrainer(config=None, init=None, vocab=None, dtype=None, objective="mlm_nsp"):
+def build_pretrainer(config: BertConfig | dict | str | None = None,
+                     init: str | os.PathLike | None = None,
+                     vocab: str | list[str] | None = None, dtype: str | None = None,
+                     objective: str = "mlm_nsp") -> tuple[keras.Model, list[str], bool]:
     """(pretraining model, vocab, do_lower_case) from a config and vocabulary, or from a
     checkpoint: a `BertPretrainer` (with an NSP head for `objective="mlm_nsp"`, without for
     "mlm"), or for "ltr" a `BertLeftToRightLM` on a causal encoder.
@@ -62,14 +73,15 @@ def _config_for_vocab(config, vocab_size):
     return config
 
 
-def objective_of(model):
+def objective_of(model: keras.Model) -> str:
     """"mlm_nsp", "mlm" or "ltr": the pretraining objective a model trains."""
     if isinstance(model, BertLeftToRightLM):
         return "ltr"
     return "mlm_nsp" if model.next_sentence else "mlm"
 
 
-def evaluate_pretraining(model, data, batch_size=64, max_batches=None):
+def evaluate_pretraining(model: keras.Model, data: str | dict[str, Any], batch_size: int = 64,
+                         max_batches: int | None = None) -> dict[str, float]:
     """Held-out accuracy and loss of a pretraining model (compiled or not) on shards, or on a
     dict of feature arrays (`kbert.data.arrays`, no TensorFlow needed): MLM and NSP for a
     `BertPretrainer` (MLM alone without an NSP head), next-token `lm_` ones for a

@@ -1,6 +1,14 @@
 """What `pretrain` is asked for, checked before any work (`validate_settings` → `Settings`), and
 the data it names: shards or text files, their shapes, checked against the model."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # type-only
+    from kbert.config import BertConfig
+
 import dataclasses
 import hashlib
 import os
@@ -18,44 +26,44 @@ class Settings:
 
     datas: list
     phase_steps: list
-    output: str
-    config: object
-    init: str
-    vocab: object
+    output: str | os.PathLike | None
+    config: BertConfig | dict | str | None
+    init: str | os.PathLike | None
+    vocab: str | list[str] | None
     batch_size: int
     warmup_steps: int
     learning_rate: float
-    max_seq_length: int
-    max_predictions_per_seq: int
+    max_seq_length: int | None
+    max_predictions_per_seq: int | None
     optimizer: str
     weight_decay: float
-    mixed_precision: str
-    jit_compile: object
+    mixed_precision: str | None
+    jit_compile: str | bool
     checkpoint_every: int
     accumulate: int
     dynamic_masking: bool
     seed: int
     strategy: str
-    tpu: str
-    backup_dir: str
+    tpu: str | None
+    backup_dir: str | None
     shuffle_buffer: int
     objective: str = "mlm_nsp"
     text_mode: str | None = None       # None: `datas` are shards; else each is a list of text files
     data_service: str | None = None
 
     @property
-    def from_text(self):
+    def from_text(self) -> bool:
         return self.text_mode is not None
 
     @property
-    def steps(self):
+    def steps(self) -> int:
         return sum(self.phase_steps)
 
     @property
-    def micro_batch(self):
+    def micro_batch(self) -> int:
         return self.batch_size // self.accumulate
 
-    def resume_key(self, model_config, vocab):
+    def resume_key(self, model_config: BertConfig, vocab: Sequence[str]) -> dict[str, Any]:
         """The settings that decide the weights a run ends with (not where it logs or how
         often it saves): a backup made with other ones is not resumed."""
         return {"data": [_abspath(d) for d in self.datas], "text_mode": self.text_mode,
@@ -75,12 +83,18 @@ def _abspath(data):
             else os.path.abspath(data))
 
 
-def validate_settings(data, output, config, init, vocab, batch_size, steps, warmup_steps,
-                      learning_rate, max_seq_length, max_predictions_per_seq, optimizer,
-                      weight_decay, mixed_precision, jit_compile, checkpoint_every, accumulate,
-                      dynamic_masking, phase_steps, seed, strategy, tpu, backup_dir,
-                      shuffle_buffer, objective="mlm_nsp", text=None, text_mode="nsp",
-                      data_service=None):
+def validate_settings(data: str | os.PathLike | list | None, output: str | os.PathLike | None,
+                      config: BertConfig | dict | str | None, init: str | os.PathLike | None,
+                      vocab: str | list[str] | None, batch_size: int, steps: int,
+                      warmup_steps: int | None, learning_rate: float,
+                      max_seq_length: int | None, max_predictions_per_seq: int | None,
+                      optimizer: str, weight_decay: float, mixed_precision: str | None,
+                      jit_compile: str | bool, checkpoint_every: int, accumulate: int,
+                      dynamic_masking: bool, phase_steps: list[int] | None, seed: int,
+                      strategy: str, tpu: str | None, backup_dir: str | None,
+                      shuffle_buffer: int, objective: str = "mlm_nsp",
+                      text: str | list | None = None, text_mode: str = "nsp",
+                      data_service: str | None = None) -> Settings:
     """Every argument of `pretrain` checked before any work, each problem in one line."""
     datas, text_mode = _data_sources(data, text, text_mode, data_service)
     phase_steps = list(phase_steps) if phase_steps else [steps]
@@ -145,7 +159,7 @@ def _text_files(text, mode):
     return [str(f) for f in files]
 
 
-def data_shapes(settings):
+def data_shapes(settings: Settings) -> list[tuple[int, int]]:
     """(max_seq_length, max_predictions_per_seq) of each phase: the shards' own, or for
     text the options (128 and 20 by default)."""
     if settings.from_text:
@@ -154,8 +168,9 @@ def data_shapes(settings):
     return [inputs.shard_shapes(inputs.shard_files(d)) for d in settings.datas]
 
 
-def check_data(datas, shapes, config, max_seq_length, max_predictions_per_seq,
-                from_text=False):
+def check_data(datas: Sequence[Any], shapes: Sequence[tuple[int, int]], config: BertConfig,
+               max_seq_length: int | None, max_predictions_per_seq: int | None,
+               from_text: bool = False) -> None:
     """Shard shapes against the options and the model; ids against the vocabulary."""
     import tensorflow as tf
 
