@@ -29,7 +29,7 @@ INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")  # native int8 dot products
 def cpu_info(cpuinfo_path: str = "/proc/cpuinfo") -> dict:
     """{"model": the CPU's name, "bf16_flags": [...], "int8_flags": [...]}: the flags of
     `BF16_FLAGS` / `INT8_FLAGS` this CPU has (Linux /proc/cpuinfo; elsewhere none)."""
-    model, flags = platform.processor() or platform.machine(), set()
+    model, flags = platform.processor() or platform.machine(), set[str]()
     if os.path.isfile(cpuinfo_path):
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
             for line in f:

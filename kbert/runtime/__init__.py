@@ -13,17 +13,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kbert.runtime.options import DTYPES, RUNTIMES, RuntimeOptionError, resolve
 
+if TYPE_CHECKING:
+    from kbert.checkpoint_format import Contents
+    from kbert.runtime.engines import GraphRunner
+    from kbert.runtime.keras_runner import ForwardPasses
 
-def make_runner(ckpt, runtime: str, dtype: str, folder: str | None = None,
-                threads: int | None = None):
+
+def make_runner(ckpt: Contents, runtime: str, dtype: str, folder: str | None = None,
+                threads: int | None = None) -> ForwardPasses | GraphRunner:
     """The runner of `ckpt`'s passes for a resolved (runtime, dtype); `folder` holds exported
     graphs (an export directory's), `threads` caps the runtime's threads."""
     if runtime == "keras":
         from kbert.runtime.keras_runner import ForwardPasses
         return ForwardPasses(ckpt.backbone, ckpt.heads, dtype)
     from kbert.runtime.engines import GraphRunner
+    if ckpt.path is None:
+        raise RuntimeOptionError(f"runtime {runtime!r} makes its graphs from a checkpoint "
+                                 f"directory: save the checkpoint, then load it from there")
     return GraphRunner(runtime, dtype, ckpt.path, folder=folder, threads=threads)
 
 

@@ -8,10 +8,12 @@ bucket shapes (`bucket_length`, `bucket_batch`, `pad_batch`), one compilation ea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
-def bucket_length(n, limit):
+def bucket_length(n: int, limit: int) -> int:
     """`n` rounded up to a step that grows with it (exact up to 16 tokens, then steps of 2, 4,
     8, 16, 32 per doubling), at most `limit`: under 12.5% padding, 56 lengths up to 512.
 
@@ -27,7 +29,7 @@ def bucket_length(n, limit):
     return max(1, min(limit, -(-n // step) * step))
 
 
-def bucket_batch(n, batch_size):
+def bucket_batch(n: int, batch_size: int) -> int:
     """The smallest power of two >= n, at most `batch_size`."""
     size = 1
     while size < n:
@@ -35,7 +37,8 @@ def bucket_batch(n, batch_size):
     return min(size, batch_size)
 
 
-def pad_batch(features, rows, length, fill_row):
+def pad_batch(features: dict[str, np.ndarray], rows: int, length: int,
+              fill_row: dict[str, list[int]]) -> dict[str, np.ndarray]:
     """Features [b, T] → [rows, length] (mask positions keep their width); extra rows are
     `fill_row` ([CLS] [SEP]), never read."""
     out = {}
@@ -51,7 +54,8 @@ def pad_batch(features, rows, length, fill_row):
 CALL_COST_TOKENS = 32   # a pass's fixed cost per call, in tokens' worth of compute
 
 
-def plan_batches(lengths, batch_size: int, hidden_size: int, split: bool = True) -> list:
+def plan_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, hidden_size: int,
+                 split: bool = True) -> list[np.ndarray]:
     """Index arrays of the batches to run: sorted by length, at most `batch_size` each.
 
     With `split` (runtimes that run each batch at its own shape), the sorted list is cut where

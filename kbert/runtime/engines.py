@@ -10,17 +10,18 @@ every k; both embeddings come from the one "embed" graph (`passes.graph_kind`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 
 from kbert import hardware
 from kbert.runtime import graphs
-from kbert.runtime.passes import graph_kind, input_names, kind_name
+from kbert.runtime.passes import Kind, graph_kind, input_names, kind_name
 
 OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16", "int8": None}
 
 
-def top_k(logits: np.ndarray, k: int):
+def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(k best values, their ids, logsumexp) along the last axis, as `ops.top_k` orders them.
 
     >>> values, ids, lse = top_k(np.array([[[1.0, 3.0, 2.0]]], "float32"), 2)
@@ -52,9 +53,9 @@ class GraphRunner:
         self.runtime, self.dtype, self.threads = runtime, dtype, threads
         self.checkpoint_dir, self.folder = checkpoint_dir, folder
         self.traces = 0                       # graphs loaded (the Keras runner's traces)
-        self.shapes = set()
-        self._sessions = {}
-        self._cache = None                    # the cache folder: hashes the weights, once
+        self.shapes: set[tuple] = set()
+        self._sessions: dict[Kind, Callable[[dict], np.ndarray]] = {}
+        self._cache: str | None = None        # the cache folder: hashes the weights, once
 
     def _cache_folder(self) -> str:
         if self._cache is None:

@@ -26,10 +26,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kbert.runtime.passes import EMBED_KINDS, HEAD_KINDS, input_names, kind_name
+from kbert.runtime.passes import EMBED_KINDS, HEAD_KINDS, Kind, input_names, kind_name
+
+if TYPE_CHECKING:
+    from kbert.backbone import BertBackbone
 
 MANIFEST = "export.json"
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml"}
@@ -39,15 +44,15 @@ class ExportError(ValueError):
     """An export directory that does not match its checkpoint, or a pass that cannot be made."""
 
 
-def default_kinds(heads) -> list:
+def default_kinds(heads: Iterable[str]) -> list[Kind]:
     """The passes an export writes: the embeddings, and one per head `kbert.load` serves."""
-    kinds = list(EMBED_KINDS)
+    kinds: list[Kind] = list(EMBED_KINDS)
     for head in heads:
         kinds += HEAD_KINDS.get(head, ())
     return kinds
 
 
-def parse_kind(name: str):
+def parse_kind(name: str) -> Kind:
     """The kind a file name stands for (`kind_name`'s inverse)."""
     if name.startswith("hidden_"):
         return ("hidden", tuple(int(i) for i in name.split("_")[1:]))
@@ -76,7 +81,7 @@ def cache_dir(directory: str, fmt: str) -> str:
     return os.path.join(root, "graphs", fingerprint(directory), fmt)
 
 
-def graph_path(folder: str, kind, fmt: str) -> str:
+def graph_path(folder: str, kind: Kind, fmt: str) -> str:
     return os.path.join(folder, kind_name(kind) + SUFFIX[fmt])
 
 
@@ -91,7 +96,8 @@ def _sample_features(kind):
     return features
 
 
-def convert_pass(backbone, heads, kind, fmt: str, path: str) -> str:
+def convert_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind, fmt: str,
+                 path: str) -> str:
     """Writes the `kind` pass as `path` (an ONNX file, or an OpenVINO .xml with its .bin)
     through Keras' `model.export`, with dynamic batch and length (TensorFlow backend)."""
     import keras
@@ -132,7 +138,7 @@ def _keep_first_output(path):
         ov.save_model(model, path, compress_to_fp16=False)
 
 
-def convert_checkpoint(directory: str, folder: str, kinds, fmt: str) -> None:
+def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: str) -> None:
     """Makes the passes of the checkpoint `directory` into `folder`: in this process on
     TensorFlow, else in a child process on TensorFlow (same code, same graphs)."""
     import keras
@@ -202,7 +208,7 @@ def read_manifest(directory: str) -> dict | None:
 
 
 def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
-           dtype: str = "float32", kinds=None) -> str:
+           dtype: str = "float32", kinds: Iterable[Kind] | None = None) -> str:
     """Writes an export directory (see the module docstring) for `kbert.load(output)`.
 
     The checkpoint's files are copied beside the graphs, so the directory is also a checkpoint

@@ -17,9 +17,15 @@ Kinds, on features `input_ids`, `segment_ids`, `input_mask` ([B, T] int32):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import keras
 from keras import ops
 
+if TYPE_CHECKING:
+    from kbert.backbone import BertBackbone
+
+Kind = str | tuple[str, Any]     # "span", ("mlm", 5), ("hidden", (0, 6)): see above
 TOKEN_INPUTS = ("input_ids", "segment_ids", "input_mask")
 POOLED_KINDS = ("nsp", "classifier", "embed_cls")
 # What each method's pass is called in exported graphs, where it differs (see `graph_kind`).
@@ -30,22 +36,22 @@ HEAD_KINDS = {"mlm": ("mlm_logits",), "nsp": ("nsp",), "classifier": ("classifie
 EMBED_KINDS = ("embed",)
 
 
-def input_names(kind) -> tuple[str, ...]:
+def input_names(kind: Kind) -> tuple[str, ...]:
     """The features a pass reads."""
     if kind == "mlm_logits" or (isinstance(kind, tuple) and kind[0] == "mlm"):
         return (*TOKEN_INPUTS, "masked_lm_positions")
     return TOKEN_INPUTS
 
 
-def graph_kind(kind):
+def graph_kind(kind: Kind) -> Kind:
     """The exported graph that serves `kind`: ("mlm", k) reads "mlm_logits" (the k best are
     taken outside it, so one graph serves every k), both embeddings read "embed"."""
     if isinstance(kind, tuple) and kind[0] == "mlm":
         return "mlm_logits"
-    return GRAPH_OF.get(kind, kind)
+    return GRAPH_OF.get(kind, kind) if isinstance(kind, str) else kind
 
 
-def kind_name(kind) -> str:
+def kind_name(kind: Kind) -> str:
     """A file-name-safe name for a kind: "span", "mlm_logits", "hidden_5_6"."""
     if isinstance(kind, tuple):                  # ("hidden", (0, 6)) -> "hidden_0_6"
         parts = [kind[0], *(kind[1] if isinstance(kind[1], tuple) else [kind[1]])]
@@ -53,7 +59,7 @@ def kind_name(kind) -> str:
     return kind
 
 
-def needed_head(kind) -> str | None:
+def needed_head(kind: Kind) -> str | None:
     """The head a pass runs (None for the embedding and hidden-state passes)."""
     if isinstance(kind, tuple):
         return "mlm" if kind[0] == "mlm" else None
@@ -70,7 +76,8 @@ def _mask_logits(backbone, heads, features):
     return ops.cast(heads["mlm"](x), "float32")                             # [B, P, V]
 
 
-def run_pass(backbone, heads, kind, features):
+def run_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind,
+             features: dict[str, Any]) -> Any:
     """The `kind` pass of `backbone` and `heads` on a dict of [B, T] features."""
     features = dict(features)
     if kind == "mlm_logits":
@@ -110,9 +117,9 @@ class PassModel(keras.Model):
         head = needed_head(kind)
         self.head_layers = {head: heads[head]} if head else {}
 
-    def call(self, features):
+    def call(self, features: dict[str, Any]) -> Any:
         return run_pass(self.backbone, self.head_layers, self.kind, features)
 
 
-__all__ = ["EMBED_KINDS", "HEAD_KINDS", "PassModel", "TOKEN_INPUTS", "graph_kind", "input_names",
-           "kind_name", "needed_head", "run_pass"]
+__all__ = ["EMBED_KINDS", "HEAD_KINDS", "Kind", "PassModel", "TOKEN_INPUTS", "graph_kind",
+           "input_names", "kind_name", "needed_head", "run_pass"]
