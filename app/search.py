@@ -187,9 +187,14 @@ def _build_index(model, texts, max_tokens):
     return {"index": index, "seconds": time.perf_counter() - start}
 
 
+def passage_tokens(model):
+    """The WordPieces a passage holds for `model`: PASSAGE_TOKENS, within its input length."""
+    return min(PASSAGE_TOKENS, model.embedding_defaults["max_seq_length"] - 2)
+
+
 def index_for(registry, name, model, texts):
     """(entry, cached): the index of `texts` by encoder `name`, built on first use."""
-    max_tokens = min(PASSAGE_TOKENS, model.embedding_defaults["max_seq_length"] - 2)
+    max_tokens = passage_tokens(model)
     key = _key(registry.info(name)["path"], texts, max_tokens)
     return _indexes.get(key, lambda: _build_index(model, texts, max_tokens))
 

@@ -94,7 +94,7 @@ def main():
     encoder, reader = registry.resolve(None, "embedding"), registry.resolve(None, "span")
     model = registry.get(encoder)
     registry.get(reader)
-    max_tokens = min(search_lib.PASSAGE_TOKENS, model.embedding_defaults["max_seq_length"] - 2)
+    max_tokens = search_lib.passage_tokens(model)
     text, questions = document(
         args.data, args.passages,
         lambda t: search_lib.split_document(model.tokenizer, t, max_tokens))

@@ -12,16 +12,10 @@ from kbert.inference.arguments import Texts, positive_int, texts
 from kbert.inference.runner import TextRunner
 
 
-def embedding_defaults(runner: TextRunner, ckpt: Contents) -> dict:
-    """{"pooling", "max_seq_length"} `embed` uses when not told (`Contents.embedding_defaults`:
-    a sentence encoder's recorded ones, else `[CLS]` and the model's longest input)."""
-    return dict(ckpt.embedding_defaults)
-
-
 def embed(runner: TextRunner, ckpt: Contents, text: Texts, pooling: str | None = None,
           batch_size: int = 32, max_seq_length: int | None = None) -> np.ndarray:
     """Sentence vectors [n, hidden_size] (see `kbert.pipeline.Bert.embed`)."""
-    defaults = embedding_defaults(runner, ckpt)
+    defaults = ckpt.embedding_defaults   # a sentence encoder's recorded pooling and length
     pooling = pooling or defaults["pooling"]
     if pooling not in ("cls", "mean"):
         raise ValueError(f"embed: pooling must be 'cls' or 'mean', got {pooling!r}")
