@@ -25,9 +25,9 @@ _LAZY = {
                      "MultipleChoiceHead", "NextSentenceHead", "SpanHead",
                      "TokenClassificationHead"], "kbert.heads"),
     **dict.fromkeys(["BertEmbeddings", "Pooler", "TransformerEncoderBlock"], "kbert.layers"),
-    **dict.fromkeys(["BertBackbone", "BertClassifier", "BertLeftToRightLM",
+    **dict.fromkeys(["BertBackbone", "BertBiEncoder", "BertClassifier", "BertLeftToRightLM",
                      "BertMultipleChoice", "BertPretrainer", "BertQuestionAnswerer",
-                     "BertTokenClassifier"], "kbert.models"),
+                     "BertReranker", "BertTokenClassifier"], "kbert.models"),
     **dict.fromkeys(["Bert", "load"], "kbert.pipeline"),
     "pretraining_targets": "kbert.data.inputs",
     "retrieval": "kbert.retrieval",       # kbert.retrieval.Index, search, metrics

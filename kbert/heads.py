@@ -176,3 +176,22 @@ class MultipleChoiceHead(_DenseHead):
                  **kwargs: Any) -> None:
         kwargs.pop("units", None)
         super().__init__(1, dropout=dropout, initializer_range=initializer_range, **kwargs)
+
+
+def sentence_embedding(sequence_output: Tensor, input_mask: Tensor,
+                       pooling: str = "mean") -> Tensor:
+    """One float32 vector per text [B, H]: the `[CLS]` hidden state (`"cls"`) or the mean of
+    the real tokens' (`"mean"`, as sentence-transformers' all-MiniLM); not normalized.
+
+    Example:
+    >>> seq = ops.convert_to_tensor([[[1.0, 0.0], [3.0, 2.0], [9.0, 9.0]]])
+    >>> ops.convert_to_numpy(sentence_embedding(seq, ops.convert_to_tensor([[1, 1, 0]]))).tolist()
+    [[2.0, 1.0]]
+    """
+    sequence_output = ops.cast(sequence_output, "float32")
+    if pooling == "cls":
+        return sequence_output[:, 0]
+    if pooling != "mean":
+        raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
+    mask = ops.cast(input_mask, "float32")[..., None]                      # [B, T, 1]
+    return ops.sum(sequence_output * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)

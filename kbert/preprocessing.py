@@ -312,6 +312,43 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
                                  f"{text!r}")
 
 
+class BertBiEncoderPreprocessor(BertPreprocessor):
+    """Texts → features to embed; `(queries, positives[, negatives])` → one set of features per
+    column (each padded to its own longest row) for `kbert.models.BertBiEncoder`.
+
+    `negatives` is one text per query or `[B, k]` texts. The target of query i is its own
+    positive, column i of the scores (`y` is `range(B)`); `document_keys` (a hash of every
+    positive and negative text) lets the model drop a copy of query i's positive elsewhere in
+    the batch from its negatives — two questions on one paragraph are common.
+    """
+
+    COLUMNS = ("query", "positive", "negative")
+
+    def call(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> Any:
+        if not isinstance(x, tuple):
+            return keras.utils.pack_x_y_sample_weight(self._pack(x), None, sample_weight)
+        columns = [tf.reshape(tf.convert_to_tensor(t, tf.string), [-1]) for t in x]
+        features: dict[str, Any] = {name: self._pack(texts)
+                                    for name, texts in zip(self.COLUMNS, columns)}
+        documents = tf.concat(columns[1:], axis=0)                       # positives, negatives
+        features["document_keys"] = tf.cast(
+            tf.strings.to_hash_bucket_fast(documents, 2 ** 31 - 1), tf.int32)
+        return keras.utils.pack_x_y_sample_weight(
+            features, tf.range(tf.shape(columns[0])[0]), sample_weight)
+
+    def check(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> None:
+        if y is not None:
+            raise ValueError("a bi-encoder takes no labels: each query's positive is its target")
+        if not isinstance(x, tuple):
+            return _check_lengths(x, sample_weight)
+        if len(x) not in (2, 3):
+            raise ValueError("a bi-encoder trains on x=(queries, positives) or "
+                             "(queries, positives, negatives)")
+        _check_lengths(*x, sample_weight)
+        if len(x) == 3 and len({1 if isinstance(n, str) else len(n) for n in x[2]}) > 1:
+            raise ValueError("every query needs the same number of negatives")
+
+
 PREPROCESSORS = {"classifier": BertPreprocessor, "tagger": BertTokenClassifierPreprocessor,
                  "span": BertQuestionAnswererPreprocessor,
                  "choice": BertMultipleChoicePreprocessor}
@@ -412,7 +449,7 @@ def task_from_checkpoint(cls: type[FineTunedModel], path: PathLike, num_labels: 
         layer = ckpt.heads[head]
     else:
         options = head_options_for(head, labels, num_labels, version_2)
-        layer = checkpoint_format.make_head(head, ckpt.backbone, options)
+        layer = cls.new_head(ckpt, options)
     model = cls.with_head(ckpt.backbone, layer)
     model.head_options = options
     length = max_seq_length or min(384 if head == "span" else 128,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from kbert.cli import retrieval
+from kbert.cli.common import CliError
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
 
 # The parser imports nothing heavy: `kbert --help`, every subcommand's `--help` and argument
@@ -35,13 +36,16 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
                                         "SWAG task, or on your own CSV/TSV/JSONL, CoNLL or SQuAD "
                                         "file (classify, regress, tag, qa), keeping the best dev "
                                         "epoch")
-    p.add_argument("task", metavar="TASK", choices=TASK_NAMES, help=" ".join(TASK_NAMES))
+    p.add_argument("task", metavar="TASK", choices=TASK_NAMES + retrieval.TRAINING_TASKS,
+                   help=" ".join(TASK_NAMES + retrieval.TRAINING_TASKS))
     p.add_argument("--init", required=True, help="the checkpoint to start from")
     p.add_argument("--train", required=True, help="the training file")
-    p.add_argument("--dev", required=True, help="the dev file scored after each epoch")
+    p.add_argument("--dev", help="the dev file scored after each epoch (retrieve, rerank: "
+                                 "optional, else the last epoch is kept)")
     p.add_argument("--output", required=True, help="the checkpoint directory to write")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--learning-rate", type=float, default=3e-5, help="peak learning rate")
+    p.add_argument("--epochs", type=int, help="default 3 (retrieve, rerank: 1)")
+    p.add_argument("--learning-rate", type=float,
+                   help="peak learning rate (default 3e-5; retrieve, rerank: 2e-5)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--warmup", type=float, default=0.1, help="fraction of updates warming up")
     p.add_argument("--weight-decay", type=float, default=0.01)
@@ -58,12 +62,19 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
                         "PyTorch (auto: XLA on a TensorFlow GPU and on JAX; PyTorch eager)")
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
     add_columns(p)
+    retrieval.add_retrieval_training(p)
     p.set_defaults(func=run_finetune)
 
 
 def run_finetune(args: argparse.Namespace) -> None:
     import json
 
+    if args.task in retrieval.TRAINING_TASKS:
+        return retrieval.run_retrieval_training(args)
+    if args.dev is None:
+        raise CliError(f"{args.task} needs --dev (the file scored after each epoch)")
+    args.epochs = 3 if args.epochs is None else args.epochs
+    args.learning_rate = args.learning_rate or 3e-5
     from kbert import finetune
     result = finetune.finetune(
         args.task, args.init, args.train, args.dev, args.output, epochs=args.epochs,

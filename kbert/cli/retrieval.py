@@ -6,12 +6,13 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kbert.cli.common import check_output_dir, positive_int
+from kbert.cli.common import CliError, check_output_dir, positive_int
 
 if TYPE_CHECKING:   # type-only: the pipeline needs Keras
     from kbert.pipeline import Bert
 
-RETRIEVAL_TASKS = ("retrieve", "rerank")     # `kbert evaluate` only (kbert.retrieval.metrics)
+RETRIEVAL_TASKS = ("retrieve", "rerank", "open-qa")   # `kbert evaluate` (kbert.retrieval)
+TRAINING_TASKS = ("retrieve", "rerank")      # `kbert finetune` (kbert.retrieval.training)
 
 
 def add_index(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +51,53 @@ def add_retrieval_evaluate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=positive_int, default=20,
                    help="rerank: BM25's top N per query, reordered (default 20)")
     p.add_argument("--max-queries", type=positive_int, help="rerank: the first N queries only")
+    p.add_argument("--retriever", help="open-qa: the sentence encoder that indexes every "
+                                       "paragraph of --data (--model is the reader)")
+    p.add_argument("--reranker", help="open-qa: a cross-encoder reordering the first "
+                                      "--candidates hits (optional)")
+    p.add_argument("--passages", type=positive_int, default=5,
+                   help="open-qa: passages the reader reads per question (default 5)")
+
+
+def add_retrieval_training(p: argparse.ArgumentParser) -> None:
+    """`kbert finetune retrieve|rerank`'s options."""
+    g = p.add_argument_group("retrieve, rerank (JSONL/CSV/TSV rows with named columns, or "
+                             "SQuAD JSON)")
+    g.add_argument("--query-column", default="query", help="default query")
+    g.add_argument("--positive-column", default="positive", help="default positive")
+    g.add_argument("--negative-column",
+                   help="hard negatives (a text, or a JSONL list of texts), if the file has them")
+    g.add_argument("--mine-negatives", type=positive_int, metavar="N",
+                   help="add N hard negatives per query: the best-ranked training passages "
+                        "that are not its positive")
+    g.add_argument("--mine-with", choices=("bm25", "encoder"), default="bm25",
+                   help="rank passages for mining with BM25 (default) or the --init encoder")
+    g.add_argument("--temperature", type=float, default=0.05,
+                   help="retrieve: the in-batch softmax's temperature (default 0.05)")
+    g.add_argument("--candidates", type=positive_int, default=20,
+                   help="rerank dev scoring: BM25's top N per query, reordered (default 20)")
+
+
+def run_retrieval_training(args: argparse.Namespace) -> None:
+    import json
+
+    from kbert.retrieval import training
+    check_output_dir(args.output)
+    common = dict(epochs=args.epochs or 1, batch_size=args.batch_size,
+                  learning_rate=args.learning_rate or 2e-5, warmup=args.warmup,
+                  max_seq_length=args.max_seq_length, seed=args.seed,
+                  mine_negatives_count=args.mine_negatives or 0, mine_with=args.mine_with,
+                  query_column=args.query_column, positive_column=args.positive_column,
+                  negative_column=args.negative_column)
+    if args.task == "retrieve":
+        result = training.train_retriever(args.init, args.train, args.output, args.dev,
+                                          temperature=args.temperature, **common)
+    else:
+        result = training.train_reranker(args.init, args.train, args.output, args.dev,
+                                         candidates=args.candidates, **common)
+    print(f"wrote {result.output}: best epoch {result.best_epoch} of {len(result.history)} "
+          f"({result.train_rows} training rows, {result.train_seconds:.0f}s training)")
+    print(json.dumps(result.best_scores))
 
 
 def load_model(args: argparse.Namespace, name: str) -> Bert:
@@ -115,6 +163,8 @@ def run_retrieval_evaluate(args: argparse.Namespace) -> None:
     import json
 
     from kbert.retrieval import metrics
+    if args.task == "open-qa":
+        return run_open_qa(args)
     model = load_model(args, args.model)
     if args.task == "retrieve":      # evaluate's --batch-size defaults to 64: 16 suits indexing
         scores = metrics.evaluate_retrieve(model, args.data, hybrid=args.hybrid,
@@ -123,4 +173,21 @@ def run_retrieval_evaluate(args: argparse.Namespace) -> None:
         scores = metrics.evaluate_rerank(model, args.data, candidates=args.candidates,
                                          batch_size=args.batch_size,
                                          max_queries=args.max_queries)
+    print(json.dumps(scores))
+
+
+def run_open_qa(args: argparse.Namespace) -> None:
+    import json
+
+    from kbert.retrieval.ask import evaluate_open_qa
+    if not args.retriever:
+        raise CliError("open-qa needs --retriever (the sentence encoder that finds passages)")
+    if not args.data.endswith(".json"):
+        raise CliError(f"--data {args.data}: open-qa reads SQuAD JSON (.json)")
+    reader = load_model(args, args.model)
+    encoder = load_model(args, args.retriever)
+    reranker = load_model(args, args.reranker) if args.reranker else None
+    scores = evaluate_open_qa(reader, args.data, encoder, reranker, passages=args.passages,
+                              candidates=args.candidates, hybrid=args.hybrid,
+                              batch_size=min(args.batch_size, 32))
     print(json.dumps(scores))

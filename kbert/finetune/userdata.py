@@ -1,7 +1,8 @@
 """Your own files for `kbert finetune classify|regress|tag|qa` (QA reads SQuAD JSON: `squad.py`).
 
     read_table(path, text_column, text_pair_column, label_column)   CSV, TSV or JSONL rows with
-        named columns → `glue.GlueExample`s whose `guid` is "FILE:LINE"
+        named columns → `glue.GlueExample`s whose `guid` is "FILE:LINE" (`table_rows`: the
+        rows themselves)
     read_tagged(path, tokens_key, tags_key)   CoNLL (word ... tag, blank line between sentences)
         or JSONL ({"tokens": [...], "tags": [...]}) → `TaggedSentence`s
     label_list(examples)   the labels found in a file, sorted (by value when all are numbers)
@@ -71,12 +72,18 @@ def _delimited_rows(path, delimiter):
             start = reader.line_num
 
 
+def table_rows(path: PathLike) -> Any:
+    """(line number, {column: value}) for each row of a CSV, TSV or JSONL file (by its
+    extension); a bad row raises `ValueError("FILE:LINE: ...")`."""
+    delimiter = _format(path)
+    return _json_rows(path) if delimiter is None else _delimited_rows(path, delimiter)
+
+
 def read_table(path: PathLike, text_column: str = "text", text_pair_column: str | None = None,
                label_column: str = "label", regression: bool = False) -> list[glue.GlueExample]:
     """Examples of a CSV, TSV or JSONL file; a row without its label gives `label=None`
     only when the whole file has no label column (a file to predict on)."""
-    delimiter = _format(path)
-    rows = _json_rows(path) if delimiter is None else _delimited_rows(path, delimiter)
+    rows = table_rows(path)
     examples, has_label = [], None
     for number, row in rows:
         where = f"{path}:{number}"

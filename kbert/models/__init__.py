@@ -7,6 +7,7 @@
     classification.py      BertClassifier (sequence), BertTokenClassifier (tokens)
     question_answering.py  BertQuestionAnswerer (SQuAD spans)
     multiple_choice.py     BertMultipleChoice (SWAG)
+    retrieval.py           BertBiEncoder (sentence vectors, in-batch negatives), BertReranker
 
 The encoder itself is `kbert.backbone.BertBackbone` (re-exported here). Inputs follow the
 original BERT feature names: `input_ids`, `segment_ids`, `input_mask` (1 = real token,
@@ -18,6 +19,8 @@ from kbert.models.classification import BertClassifier, BertTokenClassifier
 from kbert.models.multiple_choice import BertMultipleChoice
 from kbert.models.pretraining import BertLeftToRightLM, BertPretrainer
 from kbert.models.question_answering import BertQuestionAnswerer
+from kbert.models.retrieval import BertBiEncoder, BertReranker
 
-__all__ = ["BertBackbone", "BertClassifier", "BertLeftToRightLM", "BertMultipleChoice",
-           "BertPretrainer", "BertQuestionAnswerer", "BertTokenClassifier"]
+__all__ = ["BertBackbone", "BertBiEncoder", "BertClassifier", "BertLeftToRightLM",
+           "BertMultipleChoice", "BertPretrainer", "BertQuestionAnswerer", "BertReranker",
+           "BertTokenClassifier"]

@@ -11,7 +11,7 @@ from typing import Any
 import keras
 
 from kbert.backbone import BertBackbone
-from kbert.checkpoint_format import head_options_for, write
+from kbert.checkpoint_format import Contents, head_options_for, make_head, write
 from kbert.config import BertConfig
 from kbert.models.base import TaskModel
 from kbert.optimization import create_optimizer
@@ -62,6 +62,11 @@ class FineTunedModel(TaskModel):
         return preprocessing.task_from_checkpoint(cls, path, num_labels=num_labels,
                                                   labels=labels, max_seq_length=max_seq_length,
                                                   **kwargs)
+
+    @classmethod
+    def new_head(cls, ckpt: Contents, options: dict) -> keras.layers.Layer:
+        """The fresh head `from_checkpoint` puts on `ckpt` when it has none of this kind."""
+        return make_head(cls.head_name, ckpt.backbone, options)  # type: ignore[arg-type]
 
     @classmethod
     def with_head(cls, backbone: BertBackbone, head: keras.layers.Layer) -> "FineTunedModel":

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
+
 if TYPE_CHECKING:   # type-only: the pipeline imports this package
     from kbert.pipeline import Bert
 
@@ -27,22 +29,32 @@ def scorer(model: Bert) -> str:
 
 
 def pair_scores(model: Bert, queries: Sequence[str], passages: Sequence[str],
-                batch_size: int = 32) -> list[float]:
-    """One relevance score per (query, passage) pair, higher is more relevant."""
+                batch_size: int = 32, log_odds: bool = False) -> list[float]:
+    """One relevance score per (query, passage) pair, higher is more relevant: a probability
+    (`log_odds`: log(p / (1 - p)), which keeps near-certain pairs apart), or a one-output
+    head's raw score."""
     head = scorer(model)
     if head == "nsp":   # lists in, lists out
         nsp = cast("list[dict[str, float]]", model.next_sentence(
             list(queries), list(passages), batch_size=batch_size))
-        return [r["is_next"] for r in nsp]
-    results = cast("list[dict[str, float]]", model.classify(list(queries), list(passages),
-                                                            batch_size=batch_size))
-    return [r["score"] if set(r) == {"score"} else list(r.values())[-1] for r in results]
+        probabilities = [r["is_next"] for r in nsp]
+    else:
+        results = cast("list[dict[str, float]]", model.classify(
+            list(queries), list(passages), batch_size=batch_size))
+        if results and set(results[0]) == {"score"}:
+            return [r["score"] for r in results]
+        probabilities = [list(r.values())[-1] for r in results]
+    if not log_odds:
+        return probabilities
+    p = np.clip(np.asarray(probabilities, np.float64), 1e-15, 1 - 1e-15)
+    return (np.log(p) - np.log1p(-p)).tolist()
 
 
 def rerank(model: Bert, query: str, passages: Sequence[str], top_k: int | None = None,
-           batch_size: int = 32) -> list[dict]:
+           batch_size: int = 32, log_odds: bool = False) -> list[dict]:
     """[{"index", "text", "score"}] of `passages` sorted by relevance to `query`, best first
-    (ties keep the given order); the first `top_k` when given."""
+    (ties keep the given order); the first `top_k` when given. The score is P(relevant)
+    (`log_odds`: its log-odds)."""
     if not isinstance(query, str) or not query.strip():
         raise ValueError("rerank: the query must be a non-empty string")
     if isinstance(passages, str) or not isinstance(passages, Sequence):
@@ -56,7 +68,7 @@ def rerank(model: Bert, query: str, passages: Sequence[str], top_k: int | None =
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or top_k < 1):
         raise ValueError(f"rerank: top_k must be an integer >= 1, got {top_k!r}")
-    scores = pair_scores(model, [query] * len(passages), passages, batch_size)
+    scores = pair_scores(model, [query] * len(passages), passages, batch_size, log_odds)
     order = sorted(range(len(passages)), key=lambda i: (-scores[i], i))
     return [{"index": i, "text": passages[i], "score": float(scores[i])}
             for i in order[:top_k]]

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import keras
 from keras import ops
 
+from kbert.heads import sentence_embedding
+
 if TYPE_CHECKING:
     from kbert.backbone import BertBackbone
 
@@ -97,12 +99,12 @@ def run_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind,
     if kind == "span":
         return ops.cast(ops.stack(heads["span"](out["sequence_output"]), axis=-1), "float32")
     if kind == "embed_cls":
-        return ops.cast(out["sequence_output"][:, 0], "float32")
+        return sentence_embedding(out["sequence_output"], features["input_mask"], "cls")
     if kind in ("embed_mean", "embed"):
-        seq = ops.cast(out["sequence_output"], "float32")
-        mask = ops.cast(features["input_mask"], "float32")[..., None]
-        mean = ops.sum(seq * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)
-        return mean if kind == "embed_mean" else ops.stack([seq[:, 0], mean], axis=1)
+        mean = sentence_embedding(out["sequence_output"], features["input_mask"], "mean")
+        if kind == "embed_mean":
+            return mean
+        return ops.stack([ops.cast(out["sequence_output"][:, 0], "float32"), mean], axis=1)
     raise ValueError(f"unknown kind {kind!r}")
 
 

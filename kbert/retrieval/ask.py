@@ -1,0 +1,105 @@
+"""`ask`: answer questions over a collection — retrieve passages, optionally rerank them, read
+the best ones with an extractive reader (a SQuAD checkpoint), keep the best span.
+
+A span's score is P(passage) × P(span | passage): P(span | passage) is the reader's
+probability among its n-best spans in that passage, P(passage) a softmax over the retrieved
+passages' scores (the encoder's cosine similarities at `temperature`, or the reranker's
+log-odds of relevance at temperature 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kbert.retrieval.index import Index
+
+if TYPE_CHECKING:   # type-only: the pipeline imports this package
+    from kbert.pipeline import Bert
+
+
+def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert | None = None,
+        reranker: Bert | None = None, passages: int = 5, candidates: int = 20,
+        temperature: float = 0.05, hybrid: bool | None = None,
+        batch_size: int = 32) -> dict | list[dict]:
+    """The best answer to `question` (or each of a list) found in `index`'s passages.
+
+    Args:
+        index: a `kbert.retrieval.Index`; `encoder` the model it was built with (default: the
+            one its manifest names).
+        reader: a checkpoint with a span head (e.g. `kbert.load("minilm-l6-squad")`).
+        reranker: a cross-encoder that reorders the first `candidates` hits (optional).
+        passages: how many of the best passages the reader reads.
+    Returns {"text", "score", "start", "end" (character offsets into the passage),
+    "passage": the search hit the answer is in ({"index", "text", "score", ...}),
+    "reader_score"}; a list of them for a list of questions.
+    """
+    single = isinstance(question, str)
+    questions: list[str] = [question] if isinstance(question, str) else list(question)
+    if passages < 1 or candidates < 1:
+        raise ValueError("ask: passages and candidates must be >= 1")
+    if not temperature > 0:
+        raise ValueError(f"ask: temperature must be > 0, got {temperature!r}")
+    depth = max(passages, candidates) if reranker is not None else passages
+    hits = index.search(questions, encoder, top_k=depth, hybrid=hybrid, batch_size=batch_size)
+    answers = []
+    for q, found in zip(questions, hits):
+        found = list(found)
+        if reranker is not None:
+            from kbert.retrieval.rerank import rerank
+            order = rerank(reranker, q, [h["text"] for h in found], batch_size=batch_size,
+                           log_odds=True)
+            found = [dict(found[r["index"]], rerank_score=r["score"]) for r in order]
+            weights = _softmax([h["rerank_score"] for h in found[:passages]], 1.0)
+        else:
+            weights = _softmax([h["score"] for h in found[:passages]], temperature)
+        found = found[:passages]
+        spans: Any = reader.answer([q] * len(found), [h["text"] for h in found],
+                                   batch_size=batch_size)
+        best = max(range(len(found)), key=lambda i: (weights[i] * spans[i][0]["score"], -i))
+        span = spans[best][0]
+        answers.append({"text": span["text"], "score": float(weights[best] * span["score"]),
+                        "start": span["start"], "end": span["end"], "passage": found[best],
+                        "reader_score": float(span["score"])})
+    return answers[0] if single else answers
+
+
+def _softmax(scores: Sequence[float], temperature: float) -> np.ndarray:
+    z = np.asarray(scores, np.float64) / temperature
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def evaluate_open_qa(reader: Bert, path: str, encoder: Bert, reranker: Bert | None = None,
+                     passages: int = 5, candidates: int = 20, hybrid: bool = False,
+                     batch_size: int = 32) -> dict[str, float]:
+    """SQuAD exact match and F1 (percentages) of `ask` on a SQuAD JSON file, each question
+    answered from an index of ALL the file's paragraphs, beside the reader on the question's
+    own paragraph (`oracle_exact_match`, `oracle_f1`) and how often the passage read holds
+    the paragraph (`passage_recall`): `kbert evaluate open-qa`."""
+    import json
+
+    from kbert.finetune.metrics import squad_exact_f1
+    from kbert.retrieval.metrics import RetrievalDataError, read_data
+    data = read_data(path)
+    if path.endswith(".jsonl"):
+        raise RetrievalDataError(f"{path}: open-qa needs SQuAD JSON (questions with answers)")
+    with open(path, encoding="utf-8") as f:
+        gold = [[a["text"] for a in qa.get("answers", [])] for article in json.load(f)["data"]
+                for p in article.get("paragraphs", []) for qa in p.get("qas", [])]
+    index = Index.build(encoder, data.corpus, batch_size=batch_size, hybrid=hybrid)
+    got = ask(data.queries, index, reader, encoder, reranker, passages, candidates,
+              hybrid=hybrid, batch_size=batch_size)
+    oracle: Any = reader.answer(data.queries, [data.corpus[min(r)] for r in data.relevant],
+                                batch_size=batch_size)
+    out = {}
+    for name, texts in (("", [a["text"] for a in got]), ("oracle_", [o[0]["text"]
+                                                                     for o in oracle])):
+        scored = [squad_exact_f1(t, g) for t, g in zip(texts, gold)]
+        out[name + "exact_match"] = round(100.0 * np.mean([s[0] for s in scored]), 2)
+        out[name + "f1"] = round(100.0 * np.mean([s[1] for s in scored]), 2)
+    out["passage_recall"] = round(100.0 * np.mean(
+        [a["passage"]["source"] in r for a, r in zip(got, data.relevant)]), 2)
+    return out

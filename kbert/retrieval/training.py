@@ -1,0 +1,373 @@
+"""Training retrievers on your own pairs: `kbert finetune retrieve|rerank`.
+
+    read_pairs      (query, positive[, negatives]) rows of a JSONL/CSV/TSV file with named
+                    columns, or SQuAD JSON (each question with its paragraph)
+    mine_negatives  hard negatives per query: the best-ranked passages of the collection that
+                    are not its positives, by BM25 or by the current encoder
+    train_retriever a bi-encoder (`kbert.models.BertBiEncoder`, in-batch negatives)
+    train_reranker  a cross-encoder (`kbert.models.BertReranker`, pointwise on positives and
+                    negatives)
+
+Both keep the epoch with the best dev MRR@10 (recall@k, MRR@10, nDCG@10 on the dev pairs: a
+retriever searches all the dev passages, a reranker reorders BM25's top candidates) and write
+the checkpoint atomically; without a dev file, the last epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kbert.retrieval.metrics import RetrievalData, score
+
+MAIN_METRIC = "mrr@10"
+
+
+class PairsError(ValueError):
+    """A training file that cannot be used (one line, naming the file, line or column)."""
+
+
+@dataclasses.dataclass
+class Pairs:
+    """Training rows: a query, its positive passage and its negatives (k per row, or none)."""
+
+    queries: list[str]
+    positives: list[str]
+    negatives: list[list[str]] | None = None
+    where: list[str] = dataclasses.field(default_factory=list)   # "FILE:LINE" per row
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def passages(self) -> list[str]:
+        """Every distinct positive and negative, in order of appearance."""
+        return list(dict.fromkeys(self.positives + [n for row in self.negatives or []
+                                                    for n in row]))
+
+    def positives_of(self) -> dict[str, set[str]]:
+        """query text → every passage given as its positive (a query may repeat)."""
+        out: dict[str, set[str]] = {}
+        for q, p in zip(self.queries, self.positives):
+            out.setdefault(q, set()).add(p)
+        return out
+
+    def retrieval_data(self) -> RetrievalData:
+        """As retrieval data: each distinct query against all the passages."""
+        corpus = self.passages()
+        row = {text: i for i, text in enumerate(corpus)}
+        relevant = self.positives_of()
+        queries = list(relevant)
+        return RetrievalData(corpus, queries, [{row[p] for p in relevant[q]} for q in queries],
+                             [0] * len(queries))
+
+
+def read_pairs(path: str, query_column: str = "query", positive_column: str = "positive",
+               negative_column: str | None = None) -> Pairs:
+    """Rows of a `.jsonl`, `.csv` or `.tsv` file with named columns (a JSONL negative may be a
+    list of texts; every row then needs as many), or a SQuAD `.json` file (question,
+    its paragraph). An `id` column, where present, must not repeat."""
+    if not os.path.isfile(path):
+        raise PairsError(f"{path}: no such file")
+    if path.endswith(".json"):
+        return _squad_pairs(path)
+    from kbert.finetune.userdata import table_rows
+    pairs = Pairs([], [], [] if negative_column else None)
+    ids: dict[str, str] = {}
+    try:
+        for number, row in table_rows(path):
+            where = f"{path}:{number}"
+            values = [_text(row, query_column, where), _text(row, positive_column, where)]
+            pairs.queries.append(values[0])
+            pairs.positives.append(values[1])
+            pairs.where.append(where)
+            if negative_column:
+                negatives = _texts(row, negative_column, where)
+                if pairs.negatives and len(negatives) != len(pairs.negatives[0]):
+                    raise PairsError(f"{where}: {len(negatives)} negatives where the first row "
+                                     f"has {len(pairs.negatives[0])}")
+                pairs.negatives.append(negatives)  # type: ignore[union-attr]
+            if "id" in row:
+                key = str(row["id"])
+                if key in ids:
+                    raise PairsError(f"{where}: id {key!r} repeats {ids[key]}")
+                ids[key] = where
+    except PairsError:
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        raise PairsError(str(e)) from None
+    if not pairs.queries:
+        raise PairsError(f"{path}: no rows")
+    return pairs
+
+
+def _text(row: dict, column: str, where: str, value: Any = None) -> str:
+    value = row.get(column) if value is None else value
+    if not isinstance(value, str) or not value.strip():
+        found = ("missing" if value is None else "empty" if isinstance(value, str)
+                 else f"a {type(value).__name__}, not text")
+        raise PairsError(f"{where}: column {column!r} is {found} (columns: {', '.join(row)})")
+    return value
+
+
+def _texts(row: dict, column: str, where: str) -> list[str]:
+    """One text, or a JSONL list of them."""
+    value = row.get(column)
+    if isinstance(value, list) and not value:
+        raise PairsError(f"{where}: column {column!r} is an empty list")
+    return [_text(row, column, where, v) for v in (value if isinstance(value, list)
+                                                  else [value])]
+
+
+def _squad_pairs(path: str) -> Pairs:
+    from kbert.retrieval.metrics import RetrievalDataError, read_data
+    try:
+        data = read_data(path)
+    except RetrievalDataError as e:
+        raise PairsError(str(e)) from None
+    return Pairs(data.queries, [data.corpus[min(r)] for r in data.relevant],
+                 where=[f"{path}: question {i + 1}" for i in range(len(data.queries))])
+
+
+def mine_negatives(pairs: Pairs, count: int, method: str = "bm25", encoder: Any = None,
+                   corpus: Sequence[str] | None = None, skip: int = 0,
+                   batch_size: int = 64) -> Pairs:
+    """`pairs` with `count` hard negatives per row: the passages of `corpus` (default: every
+    positive and negative of `pairs`) ranked best for the query by `method` — "bm25" or
+    "encoder" (`encoder`, a `BertBiEncoder` with its preprocessor) — that are none of the
+    query's positives, after skipping the `skip` best (which may be unlabelled positives).
+    Given negatives are kept first; the mined ones fill up to `count`."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    if method not in ("bm25", "encoder"):
+        raise ValueError(f"method must be 'bm25' or 'encoder', got {method!r}")
+    corpus = list(dict.fromkeys(corpus if corpus is not None else pairs.passages()))
+    queries = list(dict.fromkeys(pairs.queries))
+    depth = min(len(corpus), count + skip + 20)
+    if method == "bm25":
+        from kbert.retrieval.fusion import top_rows
+        from kbert.retrieval.lexical import BM25
+        ranked = top_rows(BM25(corpus).scores(queries), depth)
+    else:
+        if encoder is None:
+            raise ValueError("mining with the encoder needs `encoder`")
+        q, c = embed(encoder, queries, batch_size), embed(encoder, corpus, batch_size)
+        ranked = np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :depth]
+    positives = pairs.positives_of()
+    mined: dict[str, list[str]] = {}
+    for query, rows in zip(queries, ranked):
+        picks = [corpus[r] for r in rows if corpus[r] not in positives[query]]
+        mined[query] = picks[skip:]
+    negatives = []
+    for i, query in enumerate(pairs.queries):
+        given = list(pairs.negatives[i]) if pairs.negatives else []
+        extra = [p for p in mined[query] if p not in given][:max(0, count - len(given))]
+        row = (given + extra)[:max(count, len(given))]
+        if len(row) < count:
+            raise PairsError(f"{pairs.where[i] if pairs.where else f'row {i + 1}'}: only "
+                             f"{len(row)} passages to mine {count} negatives from")
+        negatives.append(row)
+    return dataclasses.replace(pairs, negatives=negatives)
+
+
+def embed(encoder: Any, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    """Unit vectors [n, H] from a `BertBiEncoder` with its preprocessor (length-sorted
+    batches)."""
+    texts = list(texts)
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.zeros((len(texts), encoder.config.hidden_size), np.float32)
+    if texts:
+        out[order] = np.asarray(encoder.predict([texts[i] for i in order],
+                                                batch_size=batch_size, verbose=0))
+    return out
+
+
+def retriever_rankings(encoder: Any, data: RetrievalData, depth: int = 100,
+                       batch_size: int = 64) -> list[list[int]]:
+    """Corpus rows best first per query, by the bi-encoder's cosine similarity."""
+    q, c = embed(encoder, data.queries, batch_size), embed(encoder, data.corpus, batch_size)
+    return np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :depth].tolist()
+
+
+def reranker_rankings(reranker: Any, data: RetrievalData, candidates: int = 20,
+                      batch_size: int = 64) -> list[list[int]]:
+    """BM25's top `candidates` per query, reordered by the cross-encoder's P(relevant)."""
+    from kbert.retrieval.fusion import top_rows
+    from kbert.retrieval.lexical import BM25
+    first = top_rows(BM25(data.corpus).scores(data.queries), candidates)
+    queries = [q for q, rows in zip(data.queries, first) for _ in rows]
+    passages = [data.corpus[r] for rows in first for r in rows]
+    logits = np.asarray(reranker.predict((queries, passages), batch_size=batch_size,
+                                         verbose=0), np.float64)
+    relevance = (logits[:, 1] - logits[:, 0]).reshape(len(data.queries), -1)   # log-odds
+    order = np.argsort(-relevance, axis=1, kind="stable")
+    return np.take_along_axis(first, order, 1).tolist()
+
+
+@dataclasses.dataclass
+class TrainResult:
+    output: str
+    best_epoch: int
+    best_scores: dict       # dev scores of the kept epoch (empty without a dev file)
+    history: list           # per epoch: loss, seconds, dev scores
+    train_rows: int
+    train_seconds: float
+
+
+def _keep_best(model: Any, evaluate: Any, save: Any, epochs: int, fit: Any,
+               verbose: bool) -> tuple[int, dict, list, float]:
+    """Runs `fit(epoch)` per epoch, scores with `evaluate(model)` and saves the best."""
+    best: tuple[int, dict] = (0, {})
+    history: list = []
+    seconds = 0.0
+    for epoch in range(1, epochs + 1):
+        start = time.perf_counter()
+        logs = fit(epoch)
+        spent = time.perf_counter() - start
+        seconds += spent
+        scores = evaluate(model) if evaluate else {}
+        history.append({"epoch": epoch, "loss": round(float(logs["loss"][-1]), 4),
+                        "seconds": round(spent, 1), **scores})
+        improved = not scores or not best[1] or scores[MAIN_METRIC] > best[1][MAIN_METRIC]
+        if improved:
+            best = (epoch, scores)
+            save(history)
+        if verbose:
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
+            print(f"epoch {epoch}/{epochs}: loss {history[-1]['loss']:.4f}, {spent:.0f}s"
+                  f"{', dev ' + shown if shown else ''}{' (best, saved)' if improved else ''}",
+                  flush=True)
+    return best[0], best[1], history, seconds
+
+
+def _card(kind: str, init: str, train: str | None, dev: str | None, settings: dict,
+          history: list) -> str:
+    lines = [f"# A {kind} fine-tuned with kbert", "",
+             f"Fine-tuned with `kbert finetune {'retrieve' if kind == 'retriever' else 'rerank'}`"
+             f" from `{init}`.", "", f"- train file: `{train}`",
+             f"- dev file: `{dev}`" if dev else "- no dev file: the last epoch is kept",
+             "- " + ", ".join(f"{k} {v}" for k, v in settings.items()), "", "Per epoch:", ""]
+    lines += ["- " + json.dumps(h) for h in history]
+    return "\n".join(lines) + "\n"
+
+
+def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs | None = None,
+                    epochs: int = 1, batch_size: int = 32, learning_rate: float = 2e-5,
+                    warmup: float = 0.1, max_seq_length: int | None = None,
+                    temperature: float = 0.05, mine_negatives_count: int = 0,
+                    mine_with: str = "bm25", seed: int = 0, verbose: bool = True,
+                    **columns: Any) -> TrainResult:
+    """Fine-tunes `init`'s encoder as a bi-encoder on `train` (a file for `read_pairs`, with
+    `columns`: query_column, positive_column, negative_column) and writes the best epoch's
+    sentence encoder to `output`.
+
+    mine_negatives_count: add this many hard negatives per row, mined from the training
+    passages by `mine_with` ("bm25", or "encoder": the initial encoder).
+    """
+    import keras
+
+    from kbert.models import BertBiEncoder
+    _check_settings(epochs, batch_size, learning_rate, warmup)
+    keras.utils.set_random_seed(seed)
+    pairs = train if isinstance(train, Pairs) else read_pairs(train, **columns)
+    dev_data = _dev_data(dev, columns)
+    encoder = BertBiEncoder.from_checkpoint(init, max_seq_length=max_seq_length,
+                                            temperature=temperature)
+    if mine_negatives_count:
+        pairs = mine_negatives(pairs, mine_negatives_count, mine_with, encoder)
+    x = (pairs.queries, pairs.positives) + ((pairs.negatives,) if pairs.negatives else ())
+    encoder.compile(learning_rate=learning_rate, warmup=warmup,
+                    num_train_steps=-(-len(pairs) // batch_size) * epochs)
+    settings = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+                    warmup=warmup, max_seq_length=encoder.preprocessor.max_seq_length,
+                    temperature=temperature, negatives=len(pairs.negatives[0])
+                    if pairs.negatives else 0, seed=seed)
+
+    def fit(epoch: int) -> dict:
+        return encoder.fit(x=x, batch_size=batch_size, epochs=epoch, initial_epoch=epoch - 1,
+                           verbose=2 if verbose else 0).history
+
+    def save(history: list) -> None:
+        encoder.save_checkpoint(output, model_card=_card(
+            "retriever", init, _name(train), _name(dev), settings, history))
+
+    best_epoch, best, history, seconds = _keep_best(
+        encoder, _scorer(retriever_rankings, dev_data), save, epochs, fit, verbose)
+    return TrainResult(os.path.abspath(output), best_epoch, best, history, len(pairs), seconds)
+
+
+def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs | None = None,
+                   epochs: int = 1, batch_size: int = 32, learning_rate: float = 2e-5,
+                   warmup: float = 0.1, max_seq_length: int | None = None,
+                   mine_negatives_count: int = 0, mine_with: str = "bm25",
+                   candidates: int = 20, seed: int = 0, verbose: bool = True,
+                   **columns: Any) -> TrainResult:
+    """Fine-tunes `init` as a cross-encoder on (query, positive) pairs labelled relevant and
+    (query, negative) pairs labelled irrelevant; the negatives come from the file's negative
+    column and/or are mined (`mine_negatives_count`, by BM25 or — `mine_with="encoder"` —
+    by `init`'s encoder as a bi-encoder). Dev: BM25's top `candidates` reordered."""
+    import keras
+
+    from kbert.models import BertBiEncoder, BertReranker
+    _check_settings(epochs, batch_size, learning_rate, warmup)
+    keras.utils.set_random_seed(seed)
+    pairs = train if isinstance(train, Pairs) else read_pairs(train, **columns)
+    dev_data = _dev_data(dev, columns)
+    if mine_negatives_count:
+        encoder = BertBiEncoder.from_checkpoint(init) if mine_with == "encoder" else None
+        pairs = mine_negatives(pairs, mine_negatives_count, mine_with, encoder)
+    if not pairs.negatives:
+        raise PairsError("a reranker needs negatives: give a negative column "
+                         "(--negative-column) or mine them (--mine-negatives N)")
+    reranker: Any = BertReranker.from_checkpoint(init, max_seq_length=max_seq_length)
+    queries = [q for q, negs in zip(pairs.queries, pairs.negatives) for _ in range(1 + len(negs))]
+    passages = [p for pos, negs in zip(pairs.positives, pairs.negatives) for p in [pos, *negs]]
+    labels = [int(j == 0) for negs in pairs.negatives for j in range(1 + len(negs))]
+    reranker.compile(learning_rate=learning_rate, warmup=warmup,
+                     num_train_steps=-(-len(labels) // batch_size) * epochs)
+    settings = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+                    warmup=warmup, max_seq_length=reranker.preprocessor.max_seq_length,
+                    negatives=len(pairs.negatives[0]), seed=seed)
+
+    def fit(epoch: int) -> dict:
+        return reranker.fit(x=(queries, passages), y=labels, batch_size=batch_size,
+                            epochs=epoch, initial_epoch=epoch - 1,
+                            verbose=2 if verbose else 0).history
+
+    def save(history: list) -> None:
+        reranker.save_checkpoint(output, model_card=_card(
+            "reranker", init, _name(train), _name(dev), settings, history))
+
+    best_epoch, best, history, seconds = _keep_best(
+        reranker, _scorer(lambda m, d: reranker_rankings(m, d, candidates), dev_data), save,
+        epochs, fit, verbose)
+    return TrainResult(os.path.abspath(output), best_epoch, best, history, len(labels),
+                       seconds)
+
+
+def _check_settings(epochs: int, batch_size: int, learning_rate: float, warmup: float) -> None:
+    if epochs < 1 or batch_size < 2 or learning_rate <= 0 or not 0 <= warmup < 1:
+        raise ValueError("need epochs >= 1, batch_size >= 2, learning_rate > 0, "
+                         "0 <= warmup < 1")
+
+
+def _dev_data(dev: str | Pairs | None, columns: dict) -> RetrievalData | None:
+    if dev is None:
+        return None
+    return (dev if isinstance(dev, Pairs) else read_pairs(dev, **columns)).retrieval_data()
+
+
+def _scorer(rankings: Any, data: RetrievalData | None) -> Any:
+    """model → dev scores of `rankings(model, data)`; None without dev data."""
+    if data is None:
+        return None
+    return lambda model: score(rankings(model, data), data.relevant)
+
+
+def _name(source: str | Pairs | None) -> str | None:
+    return None if source is None else source if isinstance(source, str) else "(in memory)"
