@@ -273,7 +273,7 @@ def main():
     reranker = None
     if "rerank" in parts:
         from kbert.models import BertReranker
-        from kbert.retrieval.training import mine_negatives, reranker_rankings, train_reranker
+        from kbert.retrieval.training import mine_negatives, train_reranker
         nsp = BertReranker.from_checkpoint(resolve("minilm-l6-mlm-nsp"))
         depth = args.rerank_depth
         top = [r[:depth] for r in best_first]
@@ -297,7 +297,6 @@ def main():
         ok &= check(f"reranking the top {depth}: MRR@10 "
                     f"{rr_scores['mrr@10'] - first_scores['mrr@10']:+.1f} (>= +5)",
                     rr_scores["mrr@10"] - first_scores["mrr@10"] >= 5)
-        del reranker_rankings
 
     print("\n" + table(rows))
     if "open-qa" in parts:

@@ -39,7 +39,7 @@ import tensorflow as tf
 
 from kbert import checkpoint_format
 from kbert.checkpoint_format import head_options_for  # noqa: F401  (kept importable here)
-from kbert.finetune import ner, squad
+from kbert.finetune import batching, ner, squad
 from kbert.hints import PathLike, Tensor
 from kbert.serving.graph_ops import pack
 from kbert.tokenizer import Tokenizer
@@ -335,6 +335,30 @@ class BertBiEncoderPreprocessor(BertPreprocessor):
             tf.strings.to_hash_bucket_fast(documents, 2 ** 31 - 1), tf.int32)
         return keras.utils.pack_x_y_sample_weight(
             features, tf.range(tf.shape(columns[0])[0]), sample_weight)
+
+    def dataset(self, x: Raw, y: Raw = None, sample_weight: Raw = None, batch_size: int = 32,
+                shuffle: bool = False, seed: int | None = None) -> tf.data.Dataset:
+        """As `BertPreprocessor.dataset`; shuffled training pairs come in
+        `batching.distinct_batches` (similar passage lengths, no passage twice in a batch,
+        a new order each epoch)."""
+        if not (shuffle and isinstance(x, tuple)) or sample_weight is not None:
+            return super().dataset(x, y, sample_weight, batch_size, shuffle, seed)
+        self.check(x, y, sample_weight)
+        columns = [np.asarray([list(v) if not isinstance(v, str) else v for v in c], object)
+                   if i == 2 else np.asarray(c, object) for i, c in enumerate(x)]
+        lengths = [len(t) for t in columns[1]]
+        epoch = [int(np.random.randint(2 ** 31)) if seed is None else seed]
+
+        def generate():
+            epoch[0] += 1
+            for rows in batching.distinct_batches(lengths, columns[1], batch_size, epoch[0]):
+                yield (tuple(c[rows].astype(str) for c in columns),)
+
+        signature = tuple(tf.TensorSpec((None,) * c.ndim, tf.string) for c in columns)
+        count = -(-len(lengths) // batch_size)
+        ds = tf.data.Dataset.from_generator(generate, output_signature=(signature,))
+        return ds.apply(tf.data.experimental.assert_cardinality(count)).map(
+            lambda *e: self(*e)).prefetch(tf.data.AUTOTUNE)
 
     def check(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> None:
         if y is not None:

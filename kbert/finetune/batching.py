@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator, Sequence
 from typing import Any, Union
 
@@ -54,6 +55,47 @@ def length_batches(lengths: np.ndarray | Sequence[int], batch_size: int, bucket:
     if shuffle:
         out = [out[i] for i in rng.permutation(len(out))]
     return out
+
+
+def distinct_batches(lengths: Sequence[int], keys: Sequence[Any], batch_size: int,
+                     seed: int = 0, pool: int = 50) -> list[np.ndarray]:
+    """Index arrays, one per batch, for training with in-batch negatives: a shuffled order,
+    sorted by length within pools of `pool` batches (less padding), dealt so that no batch
+    holds two rows with the same key (a passage asked about twice is no negative of
+    itself) — a row that would repeat one waits for the next batch. Every batch is full but
+    the last; the batches come in random order, the short one last.
+
+    >>> [sorted(b.tolist()) for b in distinct_batches([5, 5, 9, 9], "aabb", 2)]
+    [[0, 2], [1, 3]]
+    """
+    rng = np.random.default_rng(seed)
+    order = length_batches(lengths, len(lengths) or 1, bucket=False, shuffle=True,
+                           seed=seed)
+    order = order[0] if order else np.arange(0)
+    step = pool * batch_size
+    chunks = [c[np.argsort(np.asarray(lengths)[c], kind="stable")]
+              for c in np.split(order, range(step, len(order), step))] if len(order) else []
+    pending = collections.deque(int(i) for c in chunks for i in c)
+    waiting: collections.deque = collections.deque()
+    out = []
+    while pending or waiting:
+        batch, seen, deferred = [], set(), []
+        for source in (waiting, pending):
+            while source and len(batch) < batch_size:
+                i = source.popleft()
+                if keys[i] in seen:
+                    deferred.append(i)
+                else:
+                    batch.append(i)
+                    seen.add(keys[i])
+        if not pending:               # only repeats are left: they share a batch after all
+            while deferred and len(batch) < batch_size:
+                batch.append(deferred.pop(0))
+        waiting.extendleft(reversed(deferred))
+        out.append(np.asarray(batch))
+    full = [b for b in out if len(b) == batch_size]
+    return [full[i] for i in rng.permutation(len(full))] + [b for b in out
+                                                            if len(b) < batch_size]
 
 
 def batches(features: Features, batch_size: int, bucket: bool = True, shuffle: bool = False,

@@ -282,7 +282,8 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
         pairs = mine_negatives(pairs, mine_negatives_count, mine_with, encoder)
     x = (pairs.queries, pairs.positives) + ((pairs.negatives,) if pairs.negatives else ())
     encoder.compile(learning_rate=learning_rate, warmup=warmup,
-                    num_train_steps=-(-len(pairs) // batch_size) * epochs)
+                    num_train_steps=-(-len(pairs) // batch_size) * epochs,
+                    jit_compile=_jit_compile())
     settings = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                     warmup=warmup, max_seq_length=encoder.preprocessor.max_seq_length,
                     temperature=temperature, negatives=len(pairs.negatives[0])
@@ -329,7 +330,8 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
     passages = [p for pos, negs in zip(pairs.positives, pairs.negatives) for p in [pos, *negs]]
     labels = [int(j == 0) for negs in pairs.negatives for j in range(1 + len(negs))]
     reranker.compile(learning_rate=learning_rate, warmup=warmup,
-                     num_train_steps=-(-len(labels) // batch_size) * epochs)
+                     num_train_steps=-(-len(labels) // batch_size) * epochs,
+                     jit_compile=_jit_compile())
     settings = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                     warmup=warmup, max_seq_length=reranker.preprocessor.max_seq_length,
                     negatives=len(pairs.negatives[0]), seed=seed)
@@ -348,6 +350,17 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
         epochs, fit, verbose)
     return TrainResult(os.path.abspath(output), best_epoch, best, history, len(labels),
                        seconds)
+
+
+def _jit_compile() -> bool | str:
+    """No XLA for TensorFlow on CPU: batch shapes vary (each batch padded to its longest
+    row) and XLA compiles one program per shape, more time than it saves; a traced graph
+    that generalizes over the shapes runs instead. Keras' choice elsewhere."""
+    import keras
+    import tensorflow as tf
+    if keras.backend.backend() == "tensorflow" and not tf.config.list_logical_devices("GPU"):
+        return False
+    return "auto"
 
 
 def _check_settings(epochs: int, batch_size: int, learning_rate: float, warmup: float) -> None:
