@@ -3,6 +3,9 @@
 kbert on each Keras backend, HF `BertForPreTraining` (PyTorch) and keras-hub `BertMaskedLM`, each
 in its own process, on the same shapes (batch 32, 128 tokens, 20 predictions, vocab 30,522).
 On a GPU every implementation runs in bfloat16 (kbert: `mixed_bfloat16` + XLA on TF/JAX).
+kbert and keras-hub compile the step as `kbert pretrain --jit-compile auto` does, Keras' choice:
+XLA on JAX and on a TensorFlow GPU, none on a CPU-only TensorFlow (where XLA is faster on some
+CPUs and slower on others: the `xla` variant adds a kbert/tensorflow row with it).
 
 MFU = achieved FLOP/s ÷ a matmul peak measured in this run (the best of float32 numpy and torch
 matmuls on CPU, bf16 torch on GPU). FLOPs per step, the 6·params·tokens rule, counted as:
@@ -16,6 +19,8 @@ work that this count does not credit.)
     python benchmarks/pretrain_step.py --configs mini --steps 5 --backends jax
     python benchmarks/pretrain_step.py --configs base --backends jax torch \\
         --shapes 256x128x20 64x512x80 --variants attention-dropout-0 compile     # a GPU
+    python benchmarks/pretrain_step.py --configs mini --backends tensorflow --skip hf keras-hub \\
+        --variants xla                         # a CPU: the step `kbert pretrain` runs, and XLA's
 """
 
 import argparse
@@ -28,7 +33,8 @@ import time
 import numpy as np
 
 SHAPES = {"mini": (4, 256, 4), "base": (12, 768, 12)}
-VARIANTS = {"attention-dropout-0": "jax", "compile": "torch"}   # extra kbert rows, their backend
+# extra kbert rows, their backend
+VARIANTS = {"attention-dropout-0": "jax", "compile": "torch", "xla": "tensorflow"}
 VOCAB = 30522
 
 
@@ -104,7 +110,8 @@ def _gpu():
 def run_kbert(config, batch, seq, preds, warmup, steps, variant="", profile=False):
     """variant "attention-dropout-0": attention_dropout=0 (on JAX + GPU: cuDNN's fused
     attention; with dropout the explicit path runs); "compile": jit_compile=True on PyTorch
-    (torch.compile, what `kbert pretrain --jit-compile auto` does on CUDA)."""
+    (torch.compile, what `kbert pretrain --jit-compile auto` does on CUDA); "xla":
+    jit_compile=True on TensorFlow (`--jit-compile on`; "auto" is XLA on a GPU only)."""
     import keras
 
     import kbert
@@ -117,7 +124,8 @@ def run_kbert(config, batch, seq, preds, warmup, steps, variant="", profile=Fals
                            intermediate_size=4 * hidden,
                            attention_dropout=0.0 if variant == "attention-dropout-0" else 0.1)
     model = kbert.BertPretrainer(cfg)
-    jit = keras.backend.backend() != "torch" or variant == "compile"
+    jit = "auto" if keras.backend.backend() != "torch" else variant == "compile"
+    jit = True if variant == "xla" else jit
     model.compile(create_optimizer(total_steps=1000, warmup_steps=10), jit_compile=jit)
     f = _inputs(batch, seq, preds)
     x = {k: f[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
@@ -138,7 +146,7 @@ def run_keras_hub(config, batch, seq, preds, warmup, steps, profile=False):
     model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, epsilon=1e-6, global_clipnorm=1.0),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=keras.backend.backend() != "torch")
+                  jit_compile="auto")
     f = _inputs(batch, seq, preds)
     x = {"token_ids": f["input_ids"], "segment_ids": f["segment_ids"],
          "padding_mask": f["input_mask"].astype(bool), "mask_positions": f["masked_lm_positions"]}
@@ -217,7 +225,8 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--skip", nargs="*", default=[], help="hf and/or keras-hub")
     p.add_argument("--variants", nargs="*", default=[], choices=VARIANTS,
-                   help="extra kbert rows: attention-dropout-0 (JAX), compile (PyTorch)")
+                   help="extra kbert rows: attention-dropout-0 (JAX), compile (PyTorch), "
+                        "xla (TensorFlow)")
     p.add_argument("--json", help="also write every row here")
     p.add_argument("--worker-timeout", type=float, help="seconds one implementation may take")
     p.add_argument("--profile", action="store_true",

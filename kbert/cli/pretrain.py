@@ -41,7 +41,8 @@ def add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"))
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
                    help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
-                        "PyTorch (auto: on a GPU, and always on JAX)")
+                        "PyTorch (auto: on a GPU, and always on JAX; on a CPU, XLA is faster "
+                        "than TensorFlow's graph on some CPUs and slower on others)")
     p.add_argument("--checkpoint-every", type=int, default=1000, help="updates between backups")
     p.add_argument("--accumulate", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--dynamic-masking", action="store_true", help="new masks for every batch")

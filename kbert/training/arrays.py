@@ -23,7 +23,7 @@ import numpy as np
 from kbert import checkpoint as checkpoint_lib
 from kbert.config import BertConfig
 from kbert.optimization import batches_seen, create_optimizer
-from kbert.training.callbacks import StopAfter, TrainingMetrics
+from kbert.training.callbacks import Progress, StopAfter, TrainingMetrics
 from kbert.training.loop import PretrainResult, build_pretrainer
 
 
@@ -78,7 +78,8 @@ def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | N
                 self.model.stop_training = True
 
     history = model.fit(feed, epochs=math.ceil(steps / log_every), shuffle=False,
-                        callbacks=[TrainingMetrics(batch_size), StopAfter(steps), Deadline()],
+                        callbacks=[TrainingMetrics(batch_size), StopAfter(steps), Deadline(),
+                                   Progress(steps)],
                         verbose=verbose)
     done = batches_seen(model.optimizer)
     if output:

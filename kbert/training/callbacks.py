@@ -1,4 +1,5 @@
-"""The callbacks of a pretraining run: logged rates, a step limit, resumable backups.
+"""The callbacks of a pretraining run: logged rates, the progress line, a step limit, resumable
+backups.
 
 Example:
 >>> backup = Backup("out.backup", save_every_batches=1000)                       # doctest: +SKIP
@@ -14,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -47,6 +49,86 @@ class TrainingMetrics(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.on_train_batch_end(None, logs)
+
+
+class Progress(keras.callbacks.ProgbarLogger):
+    """The progress line of a run: updates done of the run's `total_steps`, the time per update
+    measured on this process's updates, and the logs (`fit`'s `verbose`: 0 silent, 2 a line
+    at the end of each `fit` epoch, 1 that line redrawn after every update too).
+
+    In `fit`'s callbacks it replaces Keras' progress bar, which counts `fit`'s own steps and
+    epochs: a run cut into epochs (one per backup interval, or one `fit` per phase) is not
+    what the user asked for, and a run stopped early (`StopAfter`) would show the epoch's
+    length as done.
+    """
+
+    def __init__(self, total_steps: int, accumulate: int = 1):
+        super().__init__()
+        self.total_steps = int(total_steps)
+        self.accumulate = int(accumulate)
+        self._started = None        # the first `fit`'s start
+        self._begin = None          # (time, batches) at this `fit`'s start
+        self._mark = None           # (time, batches) the time per update is measured from
+        self._drawn = 0.0
+        self._open = False          # a redrawn line not ended yet
+        self._width = 0
+
+    def set_params(self, params: dict) -> None:
+        verbose = params.get("verbose", 1)
+        self.verbose = 1 if verbose == "auto" else int(verbose)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        now = time.perf_counter()
+        self._started = now if self._started is None else self._started
+        self._begin = (now, batches_seen(self.model.optimizer))
+        self._mark = None           # set after the first step (tracing or compiling)
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        pass
+
+    def on_train_batch_end(self, batch: int | None, logs: dict | None = None) -> None:
+        now = time.perf_counter()
+        if self._mark is None:
+            self._mark = (now, batches_seen(self.model.optimizer))
+        if self.verbose == 1 and now - self._drawn >= 0.1:
+            self._write(self.line(logs), end="\r")
+            self._drawn, self._open = now, True
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self.verbose:
+            self._write(self.line(logs), end="\n")
+            self._open = False
+        self._mark = (time.perf_counter(), batches_seen(self.model.optimizer))
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self._open:
+            self._write("", end="\n")
+            self._open = False
+
+    def line(self, logs: dict | None = None) -> str:
+        """`step/total - elapsed - time per update - logs`, as of now."""
+        now, seen = time.perf_counter(), batches_seen(self.model.optimizer)
+        since, first = self._mark or self._begin, self._begin
+        if seen <= since[1]:        # no update since the mark: count the first one in
+            since = first
+        per_step = (now - since[0]) * self.accumulate / max(1, seen - since[1])
+        width = len(str(self.total_steps))
+        text = (f"{seen // self.accumulate:>{width}}/{self.total_steps} - "
+                f"{now - self._started:.0f}s - {_duration(per_step)}/step")
+        for key, value in (logs or {}).items():
+            if np.ndim(value) == 0:
+                value = float(value)
+                text += f" - {key}: " + (f"{value:.4f}" if abs(value) > 1e-3 else f"{value:.4e}")
+        return text
+
+    def _write(self, text, end):
+        sys.stdout.write(text.ljust(self._width if self._open else 0) + end)
+        sys.stdout.flush()
+        self._width = len(text)
+
+
+def _duration(seconds):
+    return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds * 1e3:.0f}ms"
 
 
 class StopAfter(keras.callbacks.Callback):

@@ -28,7 +28,13 @@ import numpy as np
 from kbert import checkpoint as checkpoint_lib
 from kbert.config import BertConfig
 from kbert.optimization import batches_seen, create_optimizer
-from kbert.training.callbacks import Backup, StopAfter, TrainingMetrics, save_on_signal
+from kbert.training.callbacks import (
+    Backup,
+    Progress,
+    StopAfter,
+    TrainingMetrics,
+    save_on_signal,
+)
 from kbert.training.distribution import Distribution, select_distribution
 from kbert.training.pretrainer import (  # noqa: F401  (re-exported: one module before)
     OBJECTIVES,
@@ -221,12 +227,15 @@ def _text_phase(settings, vocab, shape, do_lower_case):
 def make_callbacks(settings: Settings, backup: Backup, log_dir: str | None = None,
                    extra: Sequence[keras.callbacks.Callback] = (),
                    ) -> tuple[StopAfter, list[keras.callbacks.Callback]]:
-    """(the `StopAfter` that ends each phase, every callback of the run in order)."""
+    """(the `StopAfter` that ends each phase, every callback of the run in order). The
+    progress line (`Progress`) counts the run's updates, not `fit`'s epochs (a backup interval
+    each, see `fit_phases`)."""
     stop = StopAfter(0)
     callbacks = [TrainingMetrics(settings.batch_size), stop, backup, *extra]
     if log_dir:
         callbacks.append(keras.callbacks.TensorBoard(
             log_dir, update_freq=max(1, settings.checkpoint_every // 10)))
+    callbacks.append(Progress(settings.steps, settings.accumulate))
     return stop, callbacks
 
 
@@ -234,7 +243,10 @@ def fit_phases(model: keras.Model, phases: Sequence[Phase], seen: int, dist: Dis
                stop: StopAfter, callbacks: list[keras.callbacks.Callback], settings: Settings,
                verbose: bool | int | str = "auto") -> tuple[dict[str, list], int]:
     """`model.fit` over each phase not finished yet, from batch `seen`; returns the merged
-    history and the batches seen at the end. A SIGTERM/SIGINT saves a backup and stops."""
+    history and the batches seen at the end. A SIGTERM/SIGINT saves a backup and stops.
+
+    Each `fit` epoch is one backup interval: one point of the history's curve (its metrics
+    averaged over the interval), one line of progress."""
     backup = next(c for c in callbacks if isinstance(c, Backup))
     per_epoch = settings.checkpoint_every * settings.accumulate
     history: dict[str, list] = {}

@@ -2,10 +2,12 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import keras
 import numpy as np
@@ -327,6 +329,39 @@ def test_two_phases_with_dynamic_masking_lamb_accumulation_and_bfloat16(tmp_path
     assert all(np.isfinite(result.history["loss"]))
     ckpt = kbert.load(result.output)
     assert len(ckpt.fill_mask("the [MASK] sat on the mat", top_k=2)[0]) == 2
+
+
+def _progress_lines(out):
+    """The progress lines of `pretrain`'s output: [(step/total, ms per step), ...]."""
+    lines = [line for line in out.splitlines() if re.match(r"\s*\d+/\d+ - ", line)]
+    times = [re.search(r" (\d+)(ms|s)/step", line).groups() for line in lines]
+    return [(line.split()[0], float(t) * (1 if unit == "ms" else 1000))
+            for line, (t, unit) in zip(lines, times)]
+
+
+def test_progress_line_counts_the_run_steps_without_epochs(tmp_path, capsys):
+    """The progress line shows the updates done of the run's total, timed as they ran, and no
+    epochs (`fit` runs one epoch per backup interval, which the user did not ask for)."""
+    from kbert import cli, training
+    data, vocab, config = _setup(tmp_path)
+    assert cli.main(["pretrain", "--data", data, "--config", config, "--vocab", vocab,
+                     "--output", str(tmp_path / "cli"), "--batch-size", "8", "--steps", "3",
+                     "--jit-compile", "off", "--shuffle-buffer", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "Epoch" not in out and "1000" not in out, out
+    assert [step for step, _ in _progress_lines(out)] == ["3/3"], out
+
+    class Slow(keras.callbacks.Callback):       # steps of 50 ms at least
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(0.05)
+    training.pretrain(data, str(tmp_path / "api"), config=config, vocab=vocab, batch_size=8,
+                      steps=5, checkpoint_every=2, jit_compile=False, verbose=2, seed=0,
+                      shuffle_buffer=16, callbacks=[Slow()])
+    out = capsys.readouterr().out
+    assert "Epoch" not in out, out
+    lines = _progress_lines(out)
+    assert [step for step, _ in lines] == ["2/5", "4/5", "5/5"], out
+    assert all(ms >= 50 for _, ms in lines), out
 
 
 # --- strategies and torch.compile agree with one eager device ------------------------------------
