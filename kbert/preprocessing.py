@@ -346,7 +346,7 @@ class BertBiEncoderPreprocessor(BertPreprocessor):
         self.check(x, y, sample_weight)
         columns = [np.asarray([list(v) if not isinstance(v, str) else v for v in c], object)
                    if i == 2 else np.asarray(c, object) for i, c in enumerate(x)]
-        lengths = [len(t) for t in columns[1]]
+        lengths = [len(ids) for ids in self.tokenizer.encode_batch([str(t) for t in columns[1]])]
         epoch = [int(np.random.randint(2 ** 31)) if seed is None else seed]
 
         def generate():

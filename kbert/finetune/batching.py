@@ -69,9 +69,9 @@ def distinct_batches(lengths: Sequence[int], keys: Sequence[Any], batch_size: in
     [[0, 2], [1, 3]]
     """
     rng = np.random.default_rng(seed)
-    order = length_batches(lengths, len(lengths) or 1, bucket=False, shuffle=True,
-                           seed=seed)
-    order = order[0] if order else np.arange(0)
+    shuffled = length_batches(lengths, len(lengths) or 1, bucket=False, shuffle=True,
+                              seed=seed)
+    order = shuffled[0] if shuffled else np.arange(0)
     step = pool * batch_size
     chunks = [c[np.argsort(np.asarray(lengths)[c], kind="stable")]
               for c in np.split(order, range(step, len(order), step))] if len(order) else []
@@ -79,7 +79,9 @@ def distinct_batches(lengths: Sequence[int], keys: Sequence[Any], batch_size: in
     waiting: collections.deque = collections.deque()
     out = []
     while pending or waiting:
-        batch, seen, deferred = [], set(), []
+        batch: list[int] = []
+        seen: set = set()
+        deferred: list[int] = []
         for source in (waiting, pending):
             while source and len(batch) < batch_size:
                 i = source.popleft()

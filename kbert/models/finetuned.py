@@ -79,16 +79,24 @@ class FineTunedModel(TaskModel):
         """Writes a checkpoint directory (atomically) that `kbert.load` reads; the head's
         labels go into config.json. The vocabulary comes from the preprocessor."""
         p = self.preprocessor
-        if vocab is None and p is None:
-            raise ValueError("save_checkpoint needs the vocabulary: attach a preprocessor "
-                             "(from_checkpoint does) or pass vocab=")
-        vocab = p.tokenizer.vocab if vocab is None else vocab
-        do_lower_case = (p.tokenizer.lower_case if p is not None else True) \
-            if do_lower_case is None else do_lower_case
+        vocab, do_lower_case = self._vocabulary(vocab, do_lower_case)
         options = self.head_options or head_options_for(
             self.head_name, getattr(p, "labels", None), getattr(self, "num_labels", None))
         return write(directory, self.backbone, {self.head_name: self.head}, vocab,
                      do_lower_case, {self.head_name: options}, dtype, model_card)
+
+    def _vocabulary(self, vocab: list | str | None,
+                    do_lower_case: bool | None) -> tuple[list | str, bool]:
+        """The vocabulary and casing a checkpoint is written with: given, else the
+        preprocessor's."""
+        p = self.preprocessor
+        if vocab is None and p is None:
+            raise ValueError("save_checkpoint needs the vocabulary: attach a preprocessor "
+                             "(from_checkpoint does) or pass vocab=")
+        vocab = p.tokenizer.vocab if vocab is None else vocab
+        if do_lower_case is None:
+            do_lower_case = p.tokenizer.lower_case if p is not None else True
+        return vocab, bool(do_lower_case)
 
     # --- compile ---------------------------------------------------------------------------
     def default_loss(self) -> dict:

@@ -95,12 +95,7 @@ class BertBiEncoder(FineTunedModel):
         """A sentence-encoder checkpoint: the encoder, no heads, and the pooling and length
         it embeds with (`kbert.load(directory).embed` / `.search` use them)."""
         p = self.preprocessor
-        if vocab is None and p is None:
-            raise ValueError("save_checkpoint needs the vocabulary: attach a preprocessor "
-                             "(from_checkpoint does) or pass vocab=")
-        vocab = p.tokenizer.vocab if vocab is None else vocab
-        do_lower_case = (p.tokenizer.lower_case if p is not None else True) \
-            if do_lower_case is None else do_lower_case
+        vocab, do_lower_case = self._vocabulary(vocab, do_lower_case)
         length = p.max_seq_length if p is not None else self.config.max_position_embeddings
         embedding = {"pooling": self.pooling, "normalize": True, "max_seq_length": length}
         return write(directory, self.backbone, {}, vocab, do_lower_case, {}, dtype,

@@ -195,11 +195,14 @@ def retriever_rankings(encoder: Any, data: RetrievalData, depth: int = 100,
 
 
 def reranker_rankings(reranker: Any, data: RetrievalData, candidates: int = 20,
-                      batch_size: int = 64) -> list[list[int]]:
-    """BM25's top `candidates` per query, reordered by the cross-encoder's P(relevant)."""
-    from kbert.retrieval.fusion import top_rows
-    from kbert.retrieval.lexical import BM25
-    first = top_rows(BM25(data.corpus).scores(data.queries), candidates)
+                      batch_size: int = 64, first: Any = None) -> list[list[int]]:
+    """The first stage's corpus rows per query (`first` [q, k], default BM25's top
+    `candidates`), reordered by a `BertReranker`'s log-odds of relevance."""
+    if first is None:
+        from kbert.retrieval.fusion import top_rows
+        from kbert.retrieval.lexical import BM25
+        first = top_rows(BM25(data.corpus).scores(data.queries), candidates)
+    first = np.asarray(first)
     queries = [q for q, rows in zip(data.queries, first) for _ in rows]
     passages = [data.corpus[r] for rows in first for r in rows]
     logits = np.asarray(reranker.predict((queries, passages), batch_size=batch_size,

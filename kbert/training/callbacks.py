@@ -66,9 +66,9 @@ class Progress(keras.callbacks.ProgbarLogger):
         super().__init__()
         self.total_steps = int(total_steps)
         self.accumulate = int(accumulate)
-        self._started = None        # the first `fit`'s start
-        self._begin = None          # (time, batches) at this `fit`'s start
-        self._mark = None           # (time, batches) the time per update is measured from
+        self._started: float | None = None               # the first `fit`'s start
+        self._begin: tuple[float, int] = (0.0, 0)        # (time, batches) at this `fit`'s start
+        self._mark: tuple[float, int] | None = None      # (time, batches) measured from
         self._drawn = 0.0
         self._open = False          # a redrawn line not ended yet
         self._width = 0
@@ -113,8 +113,9 @@ class Progress(keras.callbacks.ProgbarLogger):
             since = first
         per_step = (now - since[0]) * self.accumulate / max(1, seen - since[1])
         width = len(str(self.total_steps))
+        started = self._started if self._started is not None else first[0]
         text = (f"{seen // self.accumulate:>{width}}/{self.total_steps} - "
-                f"{now - self._started:.0f}s - {_duration(per_step)}/step")
+                f"{now - started:.0f}s - {_duration(per_step)}/step")
         for key, value in (logs or {}).items():
             if np.ndim(value) == 0:
                 value = float(value)
