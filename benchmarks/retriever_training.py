@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-from retrieval import DATA, HELD_OUT_EVERY, cpu_model  # noqa: E402
+from retrieval import DATA, HELD_OUT_EVERY, check, cpu_model  # noqa: E402
 
 METRICS = ("recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10")
 SETTINGS = dict(batch_size=32, learning_rate=2e-5, warmup=0.1, max_seq_length=256)
@@ -171,11 +171,6 @@ def table(rows, extra="seconds"):
             cells.append(f"{v[0]:.1f} ± {v[1]:.1f}" if isinstance(v, tuple) else f"{v:.1f}")
         lines.append(f"| {name} | {' | '.join(cells)} | {note} |")
     return "\n".join(lines)
-
-
-def check(name, ok):
-    print(f"{'PASS' if ok else 'FAIL'}  {name}")
-    return ok
 
 
 def main():
