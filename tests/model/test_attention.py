@@ -206,3 +206,24 @@ def test_a_row_without_real_tokens_stays_finite():
     np.testing.assert_allclose(fused[rows], explicit[rows], rtol=0, atol=1e-6)
     assert np.isfinite(fused).all()
     assert np.isfinite(ops.convert_to_numpy(block(x, mask, training=True))).all()
+
+
+def test_dropout_drops_at_its_rate_and_keeps_the_mean():
+    """kbert's `Dropout` (16 random bits per element on TensorFlow): the dropped fraction is
+    the rate, kept elements are scaled by 1/(1 - rate), a seeded layer repeats its draws, the
+    next call draws anew, and the gradient is the mask times the scale."""
+    x = np.ones((64, 128, 96), "float32")
+    first, second = (layers.Dropout(0.1, seed=7) for _ in range(2))
+    a = ops.convert_to_numpy(first(x, training=True))
+    assert abs((a == 0).mean() - 0.1) < 3e-3
+    np.testing.assert_allclose(np.unique(a), [0.0, 1 / 0.9], rtol=1e-6)
+    np.testing.assert_array_equal(a, ops.convert_to_numpy(second(x, training=True)))
+    assert (a != ops.convert_to_numpy(first(x, training=True))).any()
+    np.testing.assert_array_equal(ops.convert_to_numpy(first(x, training=False)), x)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+        v = tf.Variable(x)
+        with tf.GradientTape() as tape:
+            y = first(v, training=True)
+        grad = tape.gradient(y, v).numpy()
+        np.testing.assert_array_equal(grad, (y.numpy() != 0) / np.float32(0.9))

@@ -159,8 +159,11 @@ def test_finetune_retrieve_and_rerank_from_the_command_line(tiny, tmp_path, caps
     assert "Per epoch" in (out / "MODEL_CARD.md").read_text()
     assert cli.main(["finetune", "rerank", "--init", tiny["nsp"], "--train", train,
                      "--output", str(tmp_path / "rr"), "--batch-size", "4",
-                     "--mine-negatives", "2"]) == 0
+                     "--mine-negatives", "2", "--save-dtype", "float16"]) == 0
     assert "best epoch 1 of 1 (24 training rows" in capsys.readouterr().out
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "rr" / "model.safetensors"), "np") as f:
+        assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"float16"}
     assert kbert.load(str(tmp_path / "rr")).heads.keys() == {"classifier"}
 
     def error(*argv):
