@@ -24,6 +24,7 @@ import sys
 import time
 
 from kbert.data import arrays  # NumPy and Keras: TensorFlow not needed
+from kbert.hardware import MIXED_PRECISION
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -98,7 +99,8 @@ def main():
     t.add_argument("--whole-word-mask", action="store_true")
     t.add_argument("--max-seq-length", type=int, default=128)
     t.add_argument("--max-predictions-per-seq", type=int, default=20)
-    t.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"))
+    t.add_argument("--mixed-precision", choices=MIXED_PRECISION,
+                   help="auto: mixed_bfloat16 where the machine has fast bfloat16")
     t.add_argument("--eval", help="held-out arrays from `prepare --shards`")
     t.add_argument("--log-every", type=int, default=200)
     t.add_argument("--max-seconds", type=float, help="stop (and save) after this wall time")

@@ -7,11 +7,17 @@ on AMD Zen 4 and Intel Cooper Lake and later) or the Keras backend runs on a GPU
 bfloat16 through conversions around float32 arithmetic, slower than float32 itself, so "auto"
 never picks it there.
 
+Training's precision switch (`kbert finetune/pretrain --mixed-precision`) resolves here too:
+`mixed_precision_policy("auto")` is "mixed_bfloat16" where `auto_dtype()` is "bfloat16", else
+None (plain float32).
+
 >>> info = cpu_info()
 >>> sorted(info)
 ['bf16_flags', 'int8_flags', 'model']
 >>> auto_dtype() in ("float32", "bfloat16")
 True
+>>> mixed_precision_policy("float32") is None, mixed_precision_policy("mixed_float16")
+(True, 'mixed_float16')
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import sys
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")            # native bfloat16 matrix products
 INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")  # native int8 dot products
+MIXED_PRECISION = ("auto", "float32", "mixed_bfloat16", "mixed_float16")  # training's choices
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,6 +99,21 @@ def auto_dtype() -> str:
     return "bfloat16" if has_fast_bfloat16() or gpu_has_bfloat16() else "float32"
 
 
+def mixed_precision_policy(name: str | None) -> str | None:
+    """The Keras dtype policy a training run uses for `--mixed-precision name`: None (plain
+    float32) for None or "float32"; for "auto", "mixed_bfloat16" where `auto_dtype()` is
+    "bfloat16", else None; "mixed_bfloat16" and "mixed_float16" as named (the latter needs
+    loss scaling)."""
+    if name is None or name == "float32":
+        return None
+    if name == "auto":
+        return "mixed_bfloat16" if auto_dtype() == "bfloat16" else None
+    if name in MIXED_PRECISION:
+        return name
+    raise ValueError(f"unknown mixed precision {name!r}; choose one of "
+                     f"{', '.join(MIXED_PRECISION)}")
+
+
 def describe() -> str:
     """One line for benchmark headers: the CPU model, its bf16/int8 flags and core count."""
     info = cpu_info()
@@ -101,5 +123,6 @@ def describe() -> str:
             f"int8 dot-product flags: {int8}")
 
 
-__all__ = ["BF16_FLAGS", "INT8_FLAGS", "auto_dtype", "cpu_info", "describe",
-           "gpu_has_bfloat16", "has_fast_bfloat16", "has_fast_int8", "usable_cores"]
+__all__ = ["BF16_FLAGS", "INT8_FLAGS", "MIXED_PRECISION", "auto_dtype", "cpu_info", "describe",
+           "gpu_has_bfloat16", "has_fast_bfloat16", "has_fast_int8", "mixed_precision_policy",
+           "usable_cores"]

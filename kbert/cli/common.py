@@ -1,9 +1,12 @@
-"""What every subcommand shares: the one-line error, an argument type, the --output checks."""
+"""What every subcommand shares: the one-line error, an argument type, the --output checks, the
+training precision option."""
 
 from __future__ import annotations
 
 import argparse
 import os
+
+from kbert.hardware import MIXED_PRECISION  # the standard library only: the parser stays light
 
 
 class CliError(Exception):
@@ -19,6 +22,20 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def add_mixed_precision(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    """--mixed-precision, as `finetune` and `pretrain` take it (`kbert.hardware`'s names,
+    checked by `kbert.hardware.mixed_precision_policy`)."""
+    # no argparse `choices`: a bad name is `mixed_precision_policy`'s one-line error
+    p.add_argument("--mixed-precision", default=default,
+                   metavar="{" + ",".join(MIXED_PRECISION) + "}",
+                   help="train in mixed precision (float32 weights, bfloat16/float16 "
+                        "compute; the checkpoint is written in --save-dtype): auto picks "
+                        "mixed_bfloat16 where the CPU has AMX or AVX-512 BF16 (or on a GPU with "
+                        "bfloat16), else float32, as bfloat16 without those instructions is "
+                        "slower than float32; mixed_float16 scales the loss "
+                        f"(default {default or 'float32'})")
 
 
 def check_output_dir(path: str) -> None:

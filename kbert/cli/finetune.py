@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 
 from kbert.cli import retrieval
-from kbert.cli.common import CliError
+from kbert.cli.common import CliError, add_mixed_precision
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
+from kbert.hardware import mixed_precision_policy
 
 # The parser imports nothing heavy: `kbert --help`, every subcommand's `--help` and argument
 # errors answer without TensorFlow or Keras (seconds and ~1 GB). Each `run_*` imports what it
@@ -61,6 +62,7 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
                    help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
                         "PyTorch (auto: XLA on a TensorFlow GPU and on JAX; PyTorch eager)")
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
+    add_mixed_precision(p, default="float32")
     add_columns(p)
     retrieval.add_retrieval_training(p)
     p.set_defaults(func=run_finetune)
@@ -69,7 +71,10 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
 def run_finetune(args: argparse.Namespace) -> None:
     import json
 
+    mixed_precision_policy(args.mixed_precision)      # a bad name: one line, before any work
     if args.task in retrieval.TRAINING_TASKS:
+        if args.mixed_precision != "float32":
+            raise CliError(f"{args.task} trains in float32 only (no --mixed-precision yet)")
         return retrieval.run_retrieval_training(args)
     if args.dev is None:
         raise CliError(f"{args.task} needs --dev (the file scored after each epoch)")
@@ -83,9 +88,11 @@ def run_finetune(args: argparse.Namespace) -> None:
         tune_null_threshold=args.tune_null_threshold,
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit_compile],
         save_dtype=args.save_dtype, max_train_examples=args.max_train_examples,
-        bucketing=args.bucketing, task_options=task_options(args))
+        bucketing=args.bucketing, task_options=task_options(args),
+        mixed_precision=args.mixed_precision)
     print(f"wrote {result.output}: best epoch {result.best_epoch} of {args.epochs} "
-          f"({result.train_examples} training examples, {result.wall_seconds:.0f}s)")
+          f"({result.train_examples} training examples, {result.precision}, "
+          f"{result.wall_seconds:.0f}s)")
     print(json.dumps(result.best_scores))
 
 

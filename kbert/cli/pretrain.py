@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kbert.cli.common import check_output_dir
+from kbert.cli.common import add_mixed_precision, check_output_dir
 
 
 def add_pretrain(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-predictions-per-seq", type=int,
                    help="check the shards have this P (--text: P, default 20)")
     p.add_argument("--optimizer", default="adamw", choices=("adamw", "lamb"))
-    p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"))
+    add_mixed_precision(p)
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
                    help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
                         "PyTorch (auto: on a GPU, and always on JAX; on a CPU, XLA is faster "

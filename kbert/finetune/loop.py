@@ -28,6 +28,7 @@ import numpy as np
 from kbert import checkpoint as checkpoint_lib
 from kbert.finetune import batching
 from kbert.finetune.tasks import TASKS, Prepared, get_task
+from kbert.hardware import mixed_precision_policy
 from kbert.optimization import create_optimizer
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
@@ -223,6 +224,7 @@ class FinetuneResult:
     train_examples: int
     train_seconds: float   # model.fit only (evaluation included)
     wall_seconds: float    # everything, reading and encoding included
+    precision: str = "float32"   # what ran: "float32" or the mixed policy
 
 
 class KeepBest(keras.callbacks.Callback):
@@ -276,7 +278,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
              max_train_examples: int | None = None, bucketing: bool = True,
              model_card: str | None = None, verbose: bool = True,
              task_options: dict | None = None,
-             encoded: Encoded | None = None) -> "FinetuneResult":
+             encoded: Encoded | None = None,
+             mixed_precision: str | None = None) -> "FinetuneResult":
     """Fine-tunes `init` on `train`, keeping the epoch with the best `dev` score in `output`.
 
     Args:
@@ -300,6 +303,10 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
         encoded: `encode(...)`'s sets, made with the checkpoint's vocabulary: nothing is read
             or tokenized (`train`, `dev`, `max_seq_length`, `max_train_examples` are those
             it was made with; the paths only name the files in the model card).
+        mixed_precision: None or "float32" (default), "auto" (mixed_bfloat16 where the
+            machine has fast bfloat16, else float32), "mixed_bfloat16" or "mixed_float16"
+            (with loss scaling): the encoder computes in that precision on float32 weights;
+            the head, its logits and the loss stay float32, the checkpoint is `save_dtype`.
     Returns a `FinetuneResult`.
     """
     started = time.perf_counter()
@@ -308,8 +315,9 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
         raise ValueError("need epochs >= 1, batch_size >= 1, learning_rate > 0, 0 <= warmup < 1")
     if tune_null_threshold and spec.name != "squad2":
         raise ValueError("--tune-null-threshold is for squad2 only")
+    policy = mixed_precision_policy(mixed_precision)       # None: float32
     keras.utils.set_random_seed(seed)
-    ckpt = checkpoint_lib.load(init)
+    ckpt = checkpoint_lib.load(init, dtype=policy, head_dtype="float32")
     if encoded is None:
         # `dev` is given whenever `encoded` is not
         encoded = encode(task, ckpt.vocab, train, dev,  # type: ignore[arg-type]
@@ -320,7 +328,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
     length, options = encoded.max_seq_length, encoded.options
     train_set, dev_set = encoded.train, encoded.dev
 
-    head = checkpoint_lib.make_head(spec.head, ckpt.backbone, options)
+    head = checkpoint_lib.make_head(spec.head, ckpt.backbone, options, dtype="float32")
     ckpt.heads, ckpt.head_options = {spec.head: head}, {spec.head: options}
     model = ckpt.task_model(spec.head)
     features, label_keys, weight_key = spec.targets(train_set)
@@ -329,12 +337,13 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
                                        multiple=PAD_TO_MULTIPLE)
     steps = per_epoch * epochs
     model.compile(optimizer=create_optimizer("adamw", learning_rate, steps,
-                                             int(round(warmup * steps)), weight_decay),
+                                             int(round(warmup * steps)), weight_decay,
+                                             loss_scale=policy == "mixed_float16"),
                   jit_compile=jit_compile)     # the task model's loss and metrics
 
     settings = dict(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
                     warmup=warmup, max_seq_length=length, seed=seed, weight_decay=weight_decay,
-                    bucketing=bucketing)
+                    bucketing=bucketing, precision=policy or "float32")
     card_exists = os.path.isfile(os.path.join(output, "MODEL_CARD.md"))
 
     def score(keras_model):
@@ -357,4 +366,5 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
               verbose=2 if verbose is True else verbose)
     return FinetuneResult(os.path.abspath(output), spec.metric, keeper.best_epoch,
                           keeper.best_scores, keeper.history, spec.size(train_set),
-                          time.perf_counter() - fit_started, time.perf_counter() - started)
+                          time.perf_counter() - fit_started, time.perf_counter() - started,
+                          policy or "float32")

@@ -22,6 +22,7 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert.config import BertConfig
+from kbert.hardware import mixed_precision_policy
 from kbert.optimization import batches_seen, create_optimizer
 from kbert.training.callbacks import Progress, StopAfter, TrainingMetrics
 from kbert.training.loop import PretrainResult, build_pretrainer
@@ -50,15 +51,16 @@ def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | N
         log_every: updates per logged point of the curve (a Keras epoch).
         warmup_steps: default 1% of `steps`.
         max_seconds: stop (and save) after this wall time.
+        mixed_precision: as `pretrain`'s (`kbert.hardware.mixed_precision_policy`: "auto",
+            "float32", "mixed_bfloat16", "mixed_float16").
     """
     from kbert.data import arrays as arrays_lib
     started = time.perf_counter()
     if steps < 1 or batch_size < 1 or log_every < 1:
         raise ValueError("need steps >= 1, batch_size >= 1, log_every >= 1")
+    policy = mixed_precision_policy(mixed_precision)       # None: float32
     keras.utils.set_random_seed(seed)
-    if mixed_precision:
-        keras.mixed_precision.set_global_policy(mixed_precision)
-    model, vocab, lower = build_pretrainer(config, init, vocab, dtype=mixed_precision,
+    model, vocab, lower = build_pretrainer(config, init, vocab, dtype=policy,
                                            objective=objective)
     masking = None
     if dynamic_masking:
@@ -67,7 +69,8 @@ def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | N
         arrays = {k: arrays[k] for k in ("input_ids", "segment_ids", "input_mask")}
         masking = arrays_lib.DynamicMasking(vocab, max_predictions_per_seq)
     warmup = steps // 100 if warmup_steps is None else warmup_steps
-    model.compile(create_optimizer("adamw", learning_rate, steps, warmup, weight_decay),
+    model.compile(create_optimizer("adamw", learning_rate, steps, warmup, weight_decay,
+                                   loss_scale=policy == "mixed_float16"),
                   jit_compile=jit_compile)
     feed = arrays_lib.PretrainingBatches(arrays, batch_size, objective,
                                          steps_per_epoch=log_every, masking=masking, seed=seed)

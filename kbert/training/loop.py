@@ -100,6 +100,9 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
             a killed run started again with the same arguments resumes from the last one, a
             run with other settings is refused, and a finished run removes its backups.
         dynamic_masking: re-draw the masks of every batch (RoBERTa) instead of the stored ones.
+        mixed_precision: None or "float32", "auto" (mixed_bfloat16 where the machine has fast
+            bfloat16, else float32), "mixed_bfloat16" or "mixed_float16" (with loss scaling):
+            `kbert.hardware.mixed_precision_policy`.
         jit_compile: compile the step (XLA, or `torch.compile` on PyTorch); "auto": see
             `jit_compile_setting`.
         objective: "mlm_nsp" (the paper's), or the section 5.1 ablations on the same shards:

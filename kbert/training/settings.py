@@ -13,11 +13,10 @@ import dataclasses
 import hashlib
 import os
 
+from kbert.hardware import MIXED_PRECISION, mixed_precision_policy  # noqa: F401  (re-exported)
 from kbert.optimization import OPTIMIZERS
 from kbert.training.distribution import STRATEGIES
 from kbert.training.pretrainer import OBJECTIVES
-
-MIXED_PRECISION = (None, "mixed_bfloat16", "mixed_float16")
 
 
 @dataclasses.dataclass
@@ -37,7 +36,7 @@ class Settings:
     max_predictions_per_seq: int | None
     optimizer: str
     weight_decay: float
-    mixed_precision: str | None
+    mixed_precision: str | None        # the Keras policy (`mixed_precision_policy`); None: float32
     jit_compile: str | bool
     checkpoint_every: int
     accumulate: int
@@ -113,8 +112,7 @@ def validate_settings(data: str | os.PathLike | list | None, output: str | os.Pa
         raise ValueError(f"warmup steps must be in [0, {total}] (the steps), got {warmup}")
     if not learning_rate > 0:
         raise ValueError(f"learning rate must be positive, got {learning_rate}")
-    if mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"unknown mixed precision policy {mixed_precision!r}")
+    mixed_precision = mixed_precision_policy(mixed_precision)   # "auto" → this machine's
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if objective not in OBJECTIVES:
