@@ -452,14 +452,17 @@ def _to_tf(value):
 # --- checkpoints -------------------------------------------------------------------------------
 def task_from_checkpoint(cls: type[FineTunedModel], path: PathLike, num_labels: int | None = None,
                          labels: list[str] | None = None, max_seq_length: int | None = None,
-                         version_2: bool = False, **preprocessor_options: Any) -> FineTunedModel:
+                         version_2: bool = False, dtype: str | None = None,
+                         **preprocessor_options: Any) -> FineTunedModel:
     """A task model of class `cls` (a `kbert.models` fine-tuning model) on checkpoint `path`'s
     encoder with its preprocessor.
 
     The checkpoint's own head of that kind is kept when it fits `num_labels`/`labels`;
-    otherwise a fresh head is made.
+    otherwise a fresh head is made. dtype: the encoder's Keras dtype policy (e.g.
+    "mixed_bfloat16" to train in mixed precision; the head stays float32).
     """
-    ckpt: checkpoint_format.Contents = checkpoint_format.read(path)
+    ckpt: checkpoint_format.Contents = checkpoint_format.read(
+        path, dtype, head_dtype="float32" if dtype else None)
     head: str = cls.head_name   # type: ignore[assignment]  # every task model names its head
     if num_labels is not None and labels is not None and len(labels) != num_labels:
         raise ValueError(f"num_labels {num_labels} but {len(labels)} labels")

@@ -66,7 +66,8 @@ class FineTunedModel(TaskModel):
     @classmethod
     def new_head(cls, ckpt: Contents, options: dict) -> keras.layers.Layer:
         """The fresh head `from_checkpoint` puts on `ckpt` when it has none of this kind."""
-        return make_head(cls.head_name, ckpt.backbone, options)  # type: ignore[arg-type]
+        return make_head(cls.head_name, ckpt.backbone, options,  # type: ignore[arg-type]
+                         dtype=head_dtype(ckpt.backbone))
 
     @classmethod
     def with_head(cls, backbone: BertBackbone, head: keras.layers.Layer) -> "FineTunedModel":
@@ -109,19 +110,21 @@ class FineTunedModel(TaskModel):
     def compile(self, optimizer: Any = None, loss: Any = None, weighted_metrics: Any = None, *,
                 learning_rate: float | None = None, warmup: float = 0.1,
                 weight_decay: float = 0.01, num_train_steps: int | None = None,
-                **kwargs: Any) -> None:
+                loss_scale: bool = False, **kwargs: Any) -> None:
         """`keras.Model.compile` with the paper's defaults for what is left out.
 
         optimizer: None: AdamW from `kbert.optimization.create_optimizer` with peak
             `learning_rate` (5e-5), `warmup` (a fraction of the steps) then linear decay to 0
             over `num_train_steps` — when not given, the first `fit` sets it from its data
-            (batches per epoch × epochs); a constant rate where that is unknown.
+            (batches per epoch × epochs); a constant rate where that is unknown;
+            `loss_scale` (for a mixed_float16 model) wraps it in dynamic loss scaling.
         loss, weighted_metrics: None: the task's (`default_loss`, `default_metrics`).
         """
         if optimizer is None:
             self._recipe = dict(learning_rate=learning_rate or self.default_learning_rate,
                                 warmup=warmup, weight_decay=weight_decay,
-                                steps=num_train_steps, compile=(loss, weighted_metrics, kwargs))
+                                steps=num_train_steps, compile=(loss, weighted_metrics, kwargs),
+                                loss_scale=loss_scale)
             optimizer = self._paper_optimizer(num_train_steps)
         else:
             self._recipe = None
@@ -135,9 +138,10 @@ class FineTunedModel(TaskModel):
         r = self._recipe
         if not steps:    # unknown length: a constant rate (no decay within 2^31 steps)
             return create_optimizer("adamw", r["learning_rate"], 2 ** 31 - 1, 0,
-                                    r["weight_decay"])
+                                    r["weight_decay"], loss_scale=r["loss_scale"])
         return create_optimizer("adamw", r["learning_rate"], steps,
-                                int(round(r["warmup"] * steps)), r["weight_decay"])
+                                int(round(r["warmup"] * steps)), r["weight_decay"],
+                                loss_scale=r["loss_scale"])
 
     def _schedule(self, x: Any, y: Any, batch_size: int | None, epochs: int,
                   kwargs: dict) -> None:
@@ -188,6 +192,13 @@ class FineTunedModel(TaskModel):
     def predict(self, x: Any, batch_size: int | None = None, **kwargs: Any) -> Any:
         x, _, _, batch_size = self._adapt(x, None, None, batch_size)
         return super().predict(x, batch_size=batch_size, **kwargs)
+
+
+def head_dtype(backbone: BertBackbone) -> Any:
+    """A fresh head's dtype policy: float32 on an encoder in mixed precision (the logits and
+    the loss in float32), else the encoder's."""
+    policy = backbone.dtype_policy
+    return "float32" if policy.compute_dtype != policy.variable_dtype else policy
 
 
 def _batches_per_epoch(x: Any, batch_size: int | None) -> int | None:

@@ -25,7 +25,7 @@ from kbert.heads import sentence_embedding
 from kbert.hints import Inputs, Tensor
 from kbert.models.base import sparse_ce
 from kbert.models.classification import BertClassifier
-from kbert.models.finetuned import FineTunedModel
+from kbert.models.finetuned import FineTunedModel, head_dtype
 
 RELEVANCE_LABELS = ["irrelevant", "relevant"]
 
@@ -70,16 +70,18 @@ class BertBiEncoder(FineTunedModel):
     def from_checkpoint(cls, path: str, num_labels: int | None = None,
                         labels: list | None = None, max_seq_length: int | None = None,
                         pooling: str | None = None, temperature: float = 0.05,
-                        **kwargs: Any) -> "BertBiEncoder":
+                        dtype: str | None = None, **kwargs: Any) -> "BertBiEncoder":
         """The encoder of checkpoint `path` (any heads are left out) with its preprocessor.
 
         pooling, max_seq_length: default the checkpoint's sentence-embedding settings (a
         converted sentence-transformers model's), else mean pooling and 256 tokens.
+        dtype: the encoder's Keras dtype policy (e.g. "mixed_bfloat16"; the sentence vectors
+        and scores are float32 either way).
         """
         from kbert import checkpoint_format, preprocessing  # TensorFlow, on use
         if num_labels is not None or labels:
             raise ValueError("a bi-encoder has no labels")
-        ckpt: Contents = checkpoint_format.read(path)
+        ckpt: Contents = checkpoint_format.read(path, dtype)
         recorded = ckpt.embedding
         length = max_seq_length or min(int(recorded.get("max_seq_length", 256)),
                                        ckpt.config.max_position_embeddings)
@@ -160,7 +162,7 @@ class BertReranker(BertClassifier):
 
     @classmethod
     def new_head(cls, ckpt: Contents, options: dict) -> keras.layers.Layer:
-        head = make_head("classifier", ckpt.backbone, options)
+        head = make_head("classifier", ckpt.backbone, options, dtype=head_dtype(ckpt.backbone))
         nsp = ckpt.heads.get("nsp")
         if nsp is not None:             # columns (NotNext, IsNext) of the NSP dense layer
             kernel, bias = (ops.convert_to_numpy(w) for w in nsp.dense.weights)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from kbert.hardware import mixed_precision_policy
 from kbert.retrieval.metrics import RetrievalData, score
 
 MAIN_METRIC = "mrr@10"
@@ -264,7 +265,8 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
                     warmup: float = 0.1, max_seq_length: int | None = None,
                     temperature: float = 0.05, mine_negatives_count: int = 0,
                     mine_with: str = "bm25", seed: int = 0, verbose: bool = True,
-                    save_dtype: str = "float32", **columns: Any) -> TrainResult:
+                    save_dtype: str = "float32", mixed_precision: str | None = None,
+                    **columns: Any) -> TrainResult:
     """Fine-tunes `init`'s encoder as a bi-encoder on `train` (a file for `read_pairs`, with
     `columns`: query_column, positive_column, negative_column) and writes the best epoch's
     sentence encoder to `output`.
@@ -272,26 +274,29 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
     mine_negatives_count: add this many hard negatives per row, mined from the training
     passages by `mine_with` ("bm25", or "encoder": the initial encoder).
     save_dtype: "float32", or "float16" (half the size; loads into float32 variables).
+    mixed_precision: as `kbert finetune --mixed-precision` (`kbert.hardware.
+    mixed_precision_policy`: "auto", "float32", "mixed_bfloat16", "mixed_float16").
     """
     import keras
 
     from kbert.models import BertBiEncoder
     _check_settings(epochs, batch_size, learning_rate, warmup)
+    policy = mixed_precision_policy(mixed_precision)                 # None: float32
     keras.utils.set_random_seed(seed)
     pairs = train if isinstance(train, Pairs) else read_pairs(train, **columns)
     dev_data = _dev_data(dev, columns)
     encoder = BertBiEncoder.from_checkpoint(init, max_seq_length=max_seq_length,
-                                            temperature=temperature)
+                                            temperature=temperature, dtype=policy)
     if mine_negatives_count:
         pairs = mine_negatives(pairs, mine_negatives_count, mine_with, encoder)
     x = (pairs.queries, pairs.positives) + ((pairs.negatives,) if pairs.negatives else ())
     encoder.compile(learning_rate=learning_rate, warmup=warmup,
                     num_train_steps=-(-len(pairs) // batch_size) * epochs,
-                    jit_compile=_jit_compile())
+                    jit_compile=_jit_compile(), loss_scale=policy == "mixed_float16")
     settings = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                     warmup=warmup, max_seq_length=encoder.preprocessor.max_seq_length,
                     temperature=temperature, negatives=len(pairs.negatives[0])
-                    if pairs.negatives else 0, seed=seed)
+                    if pairs.negatives else 0, seed=seed, precision=policy or "float32")
 
     def fit(epoch: int) -> dict:
         return encoder.fit(x=x, batch_size=batch_size, epochs=epoch, initial_epoch=epoch - 1,
@@ -311,15 +316,18 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
                    warmup: float = 0.1, max_seq_length: int | None = None,
                    mine_negatives_count: int = 0, mine_with: str = "bm25",
                    candidates: int = 20, seed: int = 0, verbose: bool = True,
-                   save_dtype: str = "float32", **columns: Any) -> TrainResult:
+                   save_dtype: str = "float32", mixed_precision: str | None = None,
+                   **columns: Any) -> TrainResult:
     """Fine-tunes `init` as a cross-encoder on (query, positive) pairs labelled relevant and
     (query, negative) pairs labelled irrelevant; the negatives come from the file's negative
     column and/or are mined (`mine_negatives_count`, by BM25 or — `mine_with="encoder"` —
-    by `init`'s encoder as a bi-encoder). Dev: BM25's top `candidates` reordered."""
+    by `init`'s encoder as a bi-encoder). Dev: BM25's top `candidates` reordered.
+    save_dtype, mixed_precision: as `train_retriever`'s."""
     import keras
 
     from kbert.models import BertBiEncoder, BertReranker
     _check_settings(epochs, batch_size, learning_rate, warmup)
+    policy = mixed_precision_policy(mixed_precision)                 # None: float32
     keras.utils.set_random_seed(seed)
     pairs = train if isinstance(train, Pairs) else read_pairs(train, **columns)
     dev_data = _dev_data(dev, columns)
@@ -329,16 +337,17 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
     if not pairs.negatives:
         raise PairsError("a reranker needs negatives: give a negative column "
                          "(--negative-column) or mine them (--mine-negatives N)")
-    reranker: Any = BertReranker.from_checkpoint(init, max_seq_length=max_seq_length)
+    reranker: Any = BertReranker.from_checkpoint(init, max_seq_length=max_seq_length,
+                                                 dtype=policy)
     queries = [q for q, negs in zip(pairs.queries, pairs.negatives) for _ in range(1 + len(negs))]
     passages = [p for pos, negs in zip(pairs.positives, pairs.negatives) for p in [pos, *negs]]
     labels = [int(j == 0) for negs in pairs.negatives for j in range(1 + len(negs))]
     reranker.compile(learning_rate=learning_rate, warmup=warmup,
                      num_train_steps=-(-len(labels) // batch_size) * epochs,
-                     jit_compile=_jit_compile())
+                     jit_compile=_jit_compile(), loss_scale=policy == "mixed_float16")
     settings = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                     warmup=warmup, max_seq_length=reranker.preprocessor.max_seq_length,
-                    negatives=len(pairs.negatives[0]), seed=seed)
+                    negatives=len(pairs.negatives[0]), seed=seed, precision=policy or "float32")
 
     def fit(epoch: int) -> dict:
         return reranker.fit(x=(queries, passages), y=labels, batch_size=batch_size,

@@ -103,10 +103,3 @@ def test_cli_bad_precision_is_one_line(tmp_path, capsys, sst2_files):
                  "--vocab", vocab, "--output", str(out), "--mixed-precision", "fp8")
     assert err == f"kbert pretrain: error: {MESSAGE}"
     assert not out.exists()
-
-
-def test_cli_retrieval_training_refuses_mixed_precision(tmp_path, capsys, sst2_files):
-    err = _error(capsys, "finetune", "retrieve", "--init", str(tmp_path), "--train",
-                 sst2_files[0], "--output", str(tmp_path / "out"), "--mixed-precision", "auto")
-    assert err == ("kbert finetune: error: retrieve trains in float32 only "
-                   "(no --mixed-precision yet)")

@@ -214,3 +214,28 @@ def test_ask_reads_the_best_passages_and_open_qa_scores_it(tiny, tmp_path, capsy
     assert cli.main(["evaluate", "open-qa", "--model", tiny["reader"], "--data",
                      str(tmp_path / "squad.json")]) == 2
     assert "open-qa needs --retriever" in capsys.readouterr().err
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_retriever_and_reranker_train_in_mixed_precision(tiny, tmp_path, policy):
+    """The encoder computes in the policy's dtype on float32 weights; scores, logits and the
+    loss stay float32 (float16: scaled); the checkpoints are float32 and the cards say so."""
+    pairs = training.Pairs([q for q, _ in PAIRS], [p for _, p in PAIRS])
+    enc = kbert.BertBiEncoder.from_checkpoint(tiny["encoder"], dtype=policy)
+    assert enc.backbone.compute_dtype == policy.split("_")[1]
+    assert keras.backend.standardize_dtype(
+        enc.encode(enc.preprocessor(["a man"])).dtype) == "float32"
+    result = training.train_retriever(tiny["encoder"], pairs, str(tmp_path / "ret"),
+                                      batch_size=4, learning_rate=1e-3, verbose=False,
+                                      mixed_precision=policy)
+    assert np.isfinite(result.history[0]["loss"])
+    assert f"precision {policy}" in (tmp_path / "ret" / "MODEL_CARD.md").read_text()
+    served = kbert.load(result.output)
+    assert {keras.backend.standardize_dtype(w.dtype) for w in served.backbone.weights} == {
+        "float32"}
+    pairs = training.mine_negatives(pairs, 1, "bm25")
+    result = training.train_reranker(tiny["nsp"], pairs, str(tmp_path / "rr"), batch_size=4,
+                                     verbose=False, mixed_precision=policy)
+    assert np.isfinite(result.history[0]["loss"])
+    assert kbert.load(result.output).rerank("milk", ["he bought milk", "a cat"])
