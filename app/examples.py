@@ -112,8 +112,9 @@ NOTES = {
                 "tag` on CoNLL or JSONL files.",
     "search": "**Ask a document: retrieve, then read.** The document (pasted, or text files "
               "uploaded) is split into passages of about 128 WordPieces (paragraphs packed "
-              "together, long ones cut into overlapping windows), each embedded by a sentence "
-              "encoder (all-MiniLM-L6-v2: mean-pooled, unit vectors); the question is embedded "
+              "together, long ones cut into overlapping windows), each embedded by the sentence "
+              "encoder picked above (minilm-l6-squad-retriever: all-MiniLM-L6-v2 fine-tuned on "
+              "SQuAD questions; mean-pooled, unit vectors); the question is embedded "
               "the same way and the passages ranked by cosine similarity, fused with BM25 word "
               "matching when *hybrid* is on. A SQuAD model then reads the top three passages "
               "and marks the best answer span. The index is kept per document: the next "

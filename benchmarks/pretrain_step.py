@@ -72,31 +72,27 @@ def _time(step, warmup, steps, profile=False):
 
 
 def _profile(step, steps=3, top=15):
-    """On PyTorch: where a step's time goes, printed (kernels by device time on a GPU, ops by
-    CPU time otherwise), with the number of kernels or ops per step."""
+    """Where a step's time goes, printed: on a CPU by kind of work on every backend
+    (`step_profile`); on a GPU (PyTorch) the top kernels by device time."""
     import keras
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    if keras.backend.backend() != "torch":
+    if not (_gpu() and keras.backend.backend() == "torch"):
+        from step_profile import print_profile, profile
+        print_profile(profile(step, steps))
         return
-    gpu = torch.cuda.is_available()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    with profile(activities=activities) as prof:
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
-    events = prof.key_averages()
-    if gpu:
-        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-        key, unit = (lambda e: e.self_device_time_total), "device"
-    else:
-        kernels = [e for e in events if e.key.startswith("aten::")]
-        key, unit = (lambda e: e.self_cpu_time_total), "CPU"
-    total = sum(key(e) for e in kernels)
-    print(f"PROFILE {sum(e.count for e in kernels) / steps:.0f} {'kernels' if gpu else 'ops'} "
-          f"and {total / steps / 1e3:.1f} ms of {unit} time per step; top {top}:", flush=True)
-    for e in sorted(kernels, key=key, reverse=True)[:top]:
-        print(f"PROFILE {key(e) / steps / 1e3:8.2f} ms {100 * key(e) / total:5.1f}% "
-              f"{e.count // steps:5d}x {e.key[:90]}", flush=True)
+    kernels = [e for e in prof.key_averages()
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    total = sum(e.self_device_time_total for e in kernels)
+    print(f"PROFILE {sum(e.count for e in kernels) / steps:.0f} kernels and "
+          f"{total / steps / 1e3:.1f} ms of device time per step; top {top}:", flush=True)
+    for e in sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:top]:
+        print(f"PROFILE {e.self_device_time_total / steps / 1e3:8.2f} ms "
+              f"{100 * e.self_device_time_total / total:5.1f}% {e.count // steps:5d}x "
+              f"{e.key[:90]}", flush=True)
 
 
 def _gpu():
@@ -230,7 +226,8 @@ def main():
     p.add_argument("--json", help="also write every row here")
     p.add_argument("--worker-timeout", type=float, help="seconds one implementation may take")
     p.add_argument("--profile", action="store_true",
-                   help="PyTorch rows: also print where the step's time goes (torch.profiler)")
+                   help="also print where each kbert/keras-hub/HF step's time goes: by kind of "
+                        "work on a CPU (benchmarks/step_profile.py), top kernels on a GPU")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     shapes = args.shapes or [(args.batch, args.seq, args.preds)]

@@ -33,3 +33,18 @@ def test_question_answering_model():
     best = qa.answer("Who is the tower named after?", CONTEXT)[0]
     assert "Eiffel" in best["text"] and CONTEXT[best["start"]:best["end"]] == best["text"]
     assert "1887" in qa.answer("When was the tower built?", CONTEXT)[0]["text"]
+
+
+@pytest.mark.multibackend
+def test_squad_retriever_finds_the_answering_passage_and_reads_its_settings():
+    path = REPO / "saved_models" / "minilm-l6-squad-retriever"
+    if not path.is_dir():
+        pytest.skip("saved_models/minilm-l6-squad-retriever is absent")
+    import kbert
+    m = kbert.load(str(path))
+    assert m.embedding_defaults["max_seq_length"] == 256 and not m.heads
+    passages = ["Genghis Khan founded the Mongol Empire in 1206.", CONTEXT,
+                "Penguins are flightless birds of the southern hemisphere."]
+    hits = m.search(["Who designed the tower in Paris?", "When did the Mongol Empire begin?"],
+                    passages, top_k=3)
+    assert [h[0]["index"] for h in hits] == [1, 0]
