@@ -80,7 +80,8 @@ def _profile(step, steps=3, top=15):
         print_profile(profile(step, steps))
         return
     import torch
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()

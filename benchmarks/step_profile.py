@@ -23,6 +23,9 @@ GROUPS = ("matmul", "dropout", "gelu", "layer norm", "softmax/attention", "optim
           "fusion (XLA)", "other")
 
 
+_OPTIMIZER_OPS = ("addcdiv_", "addcmul_", "lerp_", "sqrt", "_fused_adamw_")
+
+
 def _tf_group(name):
     """An op 'scope/.../name:Type' of a Keras TensorFlow graph → (group, backward?)."""
     kind = name.rsplit(":", 1)[-1]
@@ -55,7 +58,7 @@ def _torch_group(key):
         return "layer norm"
     if "softmax" in op or "scaled_dot_product" in op or "attention" in op:
         return "softmax/attention"
-    if op.startswith("_foreach") or op in ("addcdiv_", "addcmul_", "lerp_", "sqrt", "_fused_adamw_"):
+    if op.startswith("_foreach") or op in _OPTIMIZER_OPS:
         return "optimizer"
     return "other"
 
