@@ -3,7 +3,7 @@ and answering questions over the collection (retrieve, then read), in one run.
 
     python benchmarks/retriever_training.py [--data ../shared/data/squad/dev-v1.1-part-a.json]
         [--pairs 2000] [--seeds 1] [--negatives 1] [--rerank-depth 50]
-        [--parts side-by-side,full,rerank,open-qa]
+        [--parts side-by-side,full,rerank,open-qa] [--first-stage minilm-l6-squad-retriever]
 
 Data: the articles of part-a split as the fine-tuning results are (every fourth article held
 out: 18 training articles, 4,449 questions; 6 held-out, 1,039). Training pairs are (question,
@@ -187,6 +187,9 @@ def main():
                         help="rerank and open-qa: a seeded sample of N held-out questions "
                              "(reranking 50 passages for each of 1,039 takes an hour on a core)")
     parser.add_argument("--parts", default="side-by-side,full,rerank,open-qa")
+    parser.add_argument("--first-stage",
+                        help="rerank and open-qa without the full part: this encoder (a shipped "
+                             "name or a path) retrieves, e.g. minilm-l6-squad-retriever")
     parser.add_argument("--output", default=os.path.join(tempfile.gettempdir(),
                                                          "kbert-retriever-training"))
     args = parser.parse_args()
@@ -268,6 +271,10 @@ def main():
         rows.append(("  + BM25 hybrid (dense weight 0.6)",
                      scores_of(fusion.top_rows(fused, 100), data), ""))
 
+    if args.first_stage and "full" not in parts:
+        best_encoder = resolve(args.first_stage)
+        best_first = encoder_rankings(best_encoder, data)
+        rows.append((args.first_stage, scores_of(best_first, data), ""))
     sub, sub_first, sub_answers, sub_contexts = data, best_first, answers, contexts
     if args.eval_questions and args.eval_questions < len(data.queries):
         keep = sorted(random.Random(2).sample(range(len(data.queries)), args.eval_questions))

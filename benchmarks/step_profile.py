@@ -63,11 +63,14 @@ def _torch_group(key):
     return "other"
 
 
+_XLA_BOOKKEEPING = ("ThreadpoolListener", "ThunkExecutor", "end: ")
+
+
 def _xla_group(name):
     name = name.split(":")[0].lower()
-    if name.startswith(("dot", "convolution", "custom-call")):
-        return "matmul"
-    if name.startswith(("fusion", "loop_", "input_", "wrapped_")):
+    if name.startswith(("dot", "convolution", "custom-call", "ynn_", "onednn")):
+        return "matmul"                  # YNNPACK/oneDNN fusions: a matmul and what XLA fused
+    if "fusion" in name or name.startswith(("loop_", "input_", "wrapped_")):
         return "fusion (XLA)"
     return "other"
 
@@ -120,7 +123,11 @@ def profile(step, steps=3):
                     jax.block_until_ready(step())
                 jax.profiler.stop_trace()
                 for plane, line, name, ms in _xspace_events(directory):
-                    if plane.startswith("/host:CPU") and "XLA Ops" in line:
+                    # XLA's CPU runtime: one line per client thread pool ("XLA Ops" on
+                    # older jaxlibs), its thunks as events beside bookkeeping ones
+                    if plane.startswith("/host:CPU") and ("XLA Ops" in line or
+                                                          line.startswith("tf_XLA")) \
+                            and not name.startswith(_XLA_BOOKKEEPING):
                         totals[_xla_group(name)] += ms
     return {k: v / steps for k, v in totals.items()}
 
