@@ -4,6 +4,7 @@ and answering questions over the collection (retrieve, then read), in one run.
     python benchmarks/retriever_training.py [--data ../shared/data/squad/dev-v1.1-part-a.json]
         [--pairs 2000] [--seeds 1] [--negatives 1] [--rerank-depth 50]
         [--parts side-by-side,full,rerank,open-qa] [--first-stage minilm-l6-squad-retriever]
+        [--rerank-init minilm-l6-mlm-nsp]
 
 Data: the articles of part-a split as the fine-tuning results are (every fourth article held
 out: 18 training articles, 4,449 questions; 6 held-out, 1,039). Training pairs are (question,
@@ -187,6 +188,9 @@ def main():
                         help="rerank and open-qa: a seeded sample of N held-out questions "
                              "(reranking 50 passages for each of 1,039 takes an hour on a core)")
     parser.add_argument("--parts", default="side-by-side,full,rerank,open-qa")
+    parser.add_argument("--rerank-init", default="minilm-l6-mlm-nsp",
+                        help="the checkpoint the reranker starts from (the untrained row is "
+                             "shown only for minilm-l6-mlm-nsp's NSP head)")
     parser.add_argument("--first-stage",
                         help="rerank and open-qa without the full part: this encoder (a shipped "
                              "name or a path) retrieves, e.g. minilm-l6-squad-retriever")
@@ -285,24 +289,26 @@ def main():
     if "rerank" in parts:
         from kbert.models import BertReranker
         from kbert.retrieval.training import mine_negatives, train_reranker
-        nsp = BertReranker.from_checkpoint(resolve("minilm-l6-mlm-nsp"))
         depth = args.rerank_depth
         top = [r[:depth] for r in sub_first]
         first_scores = scores_of(top, sub)
         rows.append((f"first stage on {len(sub.queries)} questions, top {depth}", first_scores,
                      ""))
-        rows.append(("  reranked by the NSP head (untrained)",
-                     scores_of(rerank(nsp, sub, top), sub), ""))
+        if args.rerank_init == "minilm-l6-mlm-nsp":
+            nsp = BertReranker.from_checkpoint(resolve(args.rerank_init))
+            rows.append(("  reranked by the NSP head (untrained)",
+                         scores_of(rerank(nsp, sub, top), sub), ""))
         few = sample(pairs, args.rerank_questions, seed=1)
         few = mine_negatives(few, args.negatives + 1, "bm25", corpus=pairs.passages())
         start = time.perf_counter()
-        result = train_reranker(resolve("minilm-l6-mlm-nsp"), few,
+        result = train_reranker(resolve(args.rerank_init), few,
                                 os.path.join(args.output, "reranker"), verbose=False,
                                 **SETTINGS)
         reranker = BertReranker.from_checkpoint(result.output)
         reranked = rerank(reranker, sub, top)
         rr_scores = scores_of(reranked, sub)
-        rows.append((f"  reranked by kbert's cross-encoder ({len(few)} questions, "
+        rows.append((f"  reranked by kbert's cross-encoder from {args.rerank_init} ({len(few)} "
+                     f"questions, "
                      f"{args.negatives + 1} negatives)", rr_scores,
                      f"{result.train_seconds:.0f}"))
         print(f"reranker trained in {time.perf_counter() - start:.0f}s")
