@@ -67,9 +67,9 @@ run)
     JAX_COMPILATION_CACHE_DIR=/tmp/kbert-jax-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
   cd "$ROOT" || exit 1
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    KERAS_BACKEND=jax $PY -c "import sys, jax, torch, keras, transformers; print(sys.version.split()[0], \
-'jax', jax.__version__, 'torch', torch.__version__, 'keras', keras.__version__, \
-'transformers', transformers.__version__)"; } 2>&1 | tee "$LOGS/versions.log"
+    KERAS_BACKEND=jax $PY -c "import sys, jax, torch, keras, transformers; \
+print(sys.version.split()[0], 'jax', jax.__version__, 'torch', torch.__version__, \
+'keras', keras.__version__, 'transformers', transformers.__version__)"; } 2>&1 | tee "$LOGS/versions.log"
   for part in $PARTS; do
     started=$(date +%s)
     case $part in

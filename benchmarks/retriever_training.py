@@ -51,6 +51,7 @@ from retrieval import DATA, HELD_OUT_EVERY, check, cpu_model  # noqa: E402
 
 METRICS = ("recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10")
 SETTINGS = dict(batch_size=32, learning_rate=2e-5, warmup=0.1, max_seq_length=256)
+NSP_INIT = "minilm-l6-mlm-nsp"      # its NSP head is a reranker before any training
 
 
 def split(path):
@@ -188,9 +189,9 @@ def main():
                         help="rerank and open-qa: a seeded sample of N held-out questions "
                              "(reranking 50 passages for each of 1,039 takes an hour on a core)")
     parser.add_argument("--parts", default="side-by-side,full,rerank,open-qa")
-    parser.add_argument("--rerank-init", default="minilm-l6-mlm-nsp",
+    parser.add_argument("--rerank-init", default=NSP_INIT,
                         help="the checkpoint the reranker starts from (the untrained row is "
-                             "shown only for minilm-l6-mlm-nsp's NSP head)")
+                             f"shown only for {NSP_INIT}'s NSP head)")
     parser.add_argument("--first-stage",
                         help="rerank and open-qa without the full part: this encoder (a shipped "
                              "name or a path) retrieves, e.g. minilm-l6-squad-retriever")
@@ -294,22 +295,22 @@ def main():
         first_scores = scores_of(top, sub)
         rows.append((f"first stage on {len(sub.queries)} questions, top {depth}", first_scores,
                      ""))
-        if args.rerank_init == "minilm-l6-mlm-nsp":
-            nsp = BertReranker.from_checkpoint(resolve(args.rerank_init))
+        init = resolve(args.rerank_init)
+        if args.rerank_init == NSP_INIT:
             rows.append(("  reranked by the NSP head (untrained)",
-                         scores_of(rerank(nsp, sub, top), sub), ""))
+                         scores_of(rerank(BertReranker.from_checkpoint(init), sub, top), sub),
+                         ""))
         few = sample(pairs, args.rerank_questions, seed=1)
         few = mine_negatives(few, args.negatives + 1, "bm25", corpus=pairs.passages())
         start = time.perf_counter()
-        result = train_reranker(resolve(args.rerank_init), few,
+        result = train_reranker(init, few,
                                 os.path.join(args.output, "reranker"), verbose=False,
                                 **SETTINGS)
         reranker = BertReranker.from_checkpoint(result.output)
         reranked = rerank(reranker, sub, top)
         rr_scores = scores_of(reranked, sub)
-        rows.append((f"  reranked by kbert's cross-encoder from {args.rerank_init} ({len(few)} "
-                     f"questions, "
-                     f"{args.negatives + 1} negatives)", rr_scores,
+        rows.append((f"  reranked by kbert's cross-encoder from {args.rerank_init} "
+                     f"({len(few)} questions, {args.negatives + 1} negatives)", rr_scores,
                      f"{result.train_seconds:.0f}"))
         print(f"reranker trained in {time.perf_counter() - start:.0f}s")
         ok &= check(f"reranking the top {depth}: MRR@10 "

@@ -66,6 +66,13 @@ def _torch_group(key):
 _XLA_BOOKKEEPING = ("ThreadpoolListener", "ThunkExecutor", "end: ")
 
 
+def _is_xla_op(plane, line, name):
+    """An event of XLA's CPU runtime that ran an op: its thunks, on one line per client thread
+    pool ("XLA Ops" on older jaxlibs), not the runtime's bookkeeping events beside them."""
+    return (plane.startswith("/host:CPU") and ("XLA Ops" in line or line.startswith("tf_XLA"))
+            and not name.startswith(_XLA_BOOKKEEPING))
+
+
 def _xla_group(name):
     name = name.split(":")[0].lower()
     if name.startswith(("dot", "convolution", "custom-call", "ynn_", "onednn")):
@@ -123,11 +130,7 @@ def profile(step, steps=3):
                     jax.block_until_ready(step())
                 jax.profiler.stop_trace()
                 for plane, line, name, ms in _xspace_events(directory):
-                    # XLA's CPU runtime: one line per client thread pool ("XLA Ops" on
-                    # older jaxlibs), its thunks as events beside bookkeeping ones
-                    if plane.startswith("/host:CPU") and ("XLA Ops" in line or
-                                                          line.startswith("tf_XLA")) \
-                            and not name.startswith(_XLA_BOOKKEEPING):
+                    if _is_xla_op(plane, line, name):
                         totals[_xla_group(name)] += ms
     return {k: v / steps for k, v in totals.items()}
 

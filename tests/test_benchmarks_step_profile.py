@@ -1,23 +1,17 @@
 """benchmarks/step_profile.py: each backend's profiler read back into kinds of work."""
 
-import importlib.util
+import sys
 
 import keras
 import numpy as np
 
 from helpers import REPO
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location(
-        "step_profile", REPO / "benchmarks" / "step_profile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(REPO / "benchmarks"))
+import step_profile as sp  # noqa: E402
 
 
 def test_op_names_fall_into_their_groups():
-    sp = _module()
     assert sp._tf_group("bert/layer_3/attention/query/MatMul:MatMul") == ("matmul", False)
     assert sp._tf_group("gradient_tape/bert/layer_3/dropout_7/Mul:Mul") == ("dropout", True)
     assert sp._tf_group("bert/layer_0/output_layer_norm/add:AddV2")[0] == "layer norm"
@@ -32,7 +26,6 @@ def test_op_names_fall_into_their_groups():
 def test_a_training_step_is_profiled_on_this_backend(capsys):
     """A small model's `train_on_batch` under the backend's own profiler: its matrix products
     are found and take time; the printed lines add up to 100%."""
-    sp = _module()
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="gelu"),
                               keras.layers.LayerNormalization(), keras.layers.Dropout(0.1),
                               keras.layers.Dense(8)])
