@@ -53,6 +53,7 @@ _DROPPED = r"[\p{C}\x{FFFD}]"
 _DROPPED_IN_TEXT = r"[^\P{C}\t\n\r]|\x{FFFD}"
 # A run of more than MAX_CHARS_PER_WORD characters without a space may hold a too-long word.
 _LONG_RUN = r"(?s).*[^ ]{%d,}.*" % (MAX_CHARS_PER_WORD + 1)
+_TEXTS = tf.TensorSpec([None], tf.string)
 
 
 def _byte_length(strings):
@@ -61,7 +62,10 @@ def _byte_length(strings):
 
 def _rows(ragged):
     """A RaggedTensor [B, (N)] → B numpy rows (two transfers, not one per row)."""
-    values, splits = ragged.flat_values.numpy(), ragged.row_splits.numpy()
+    return _split(ragged.flat_values.numpy(), ragged.row_splits.numpy())
+
+
+def _split(values: np.ndarray, splits: np.ndarray) -> list[np.ndarray]:
     return [values[a:b] for a, b in zip(splits[:-1], splits[1:])]
 
 
@@ -220,8 +224,10 @@ class Tokenizer:
                 self.vocab, token_out_type=tf.int64, unknown_token="[UNK]",
                 no_pretokenization=False, support_detokenization=False,
                 max_bytes_per_word=4 * MAX_CHARS_PER_WORD)
-        self._fast_ids = tf.function(self._ids_and_long_runs,
-                                     input_signature=[tf.TensorSpec([None], tf.string)])
+        # Concrete functions with flat outputs: a call on one short text costs ~0.2 ms, where
+        # a tf.function returning RaggedTensors spends ~1 ms packing and checking its structure.
+        self._fast_ids = None if self._fast_wordpiece is None else tf.function(
+            self._ids_and_long_runs, input_signature=[_TEXTS]).get_concrete_function()
 
     @property
     def vocab_size(self) -> int:
@@ -237,14 +243,20 @@ class Tokenizer:
         if tf.executing_eagerly():
             texts = tf.convert_to_tensor(texts, tf.string)
             if texts.shape.rank == 1:   # one traced graph for every batch: no per-op dispatch
-                return self._compiled_tokenize(mask_literal)(texts)
+                *values, splits = self._compiled_tokenize(mask_literal)(texts)
+                return tuple(tf.RaggedTensor.from_row_splits(v, splits, validate=False)
+                             for v in values)
         return self._tokenize_with_offsets(texts, mask_literal)
 
     def _compiled_tokenize(self, mask_literal):
+        """The offsets route as a concrete function: texts [B] → flat ids, starts, ends and
+        their row splits [B + 1]."""
         fn = self._compiled.get(mask_literal)
         if fn is None:
-            fn = tf.function(lambda texts: self._tokenize_with_offsets(texts, mask_literal),
-                             input_signature=[tf.TensorSpec([None], tf.string)])
+            def flat(texts):
+                ids, starts, ends = self._tokenize_with_offsets(texts, mask_literal)
+                return ids.flat_values, starts.flat_values, ends.flat_values, ids.row_splits
+            fn = tf.function(flat, input_signature=[_TEXTS]).get_concrete_function()
             self._compiled[mask_literal] = fn
         return fn
 
@@ -300,19 +312,22 @@ class Tokenizer:
         texts = tf.convert_to_tensor(texts, tf.string)
         if texts.shape.rank != 1:
             return self.tokenize_with_offsets(texts)[0]
-        ids, long_run = self._fast_ids(texts)
-        if not tf.reduce_any(long_run):
+        values, splits, long_run = self._fast_ids(texts)
+        ids = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+        if not long_run.numpy().any():
             return ids
         # The texts that may hold a word over MAX_CHARS_PER_WORD: the offsets route, in place.
-        exact = self._compiled_tokenize(False)(tf.boolean_mask(texts, long_run))[0]
+        exact = self.tokenize_with_offsets(tf.boolean_mask(texts, long_run))[0]
         merged = tf.concat([tf.ragged.boolean_mask(ids, ~long_run), exact], axis=0)
         order = tf.concat([tf.where(~long_run)[:, 0], tf.where(long_run)[:, 0]], axis=0)
         return tf.gather(merged, tf.math.invert_permutation(order))
 
     def _ids_and_long_runs(self, texts):
+        """Texts [B] → the fast route's flat ids, their row splits [B + 1], and which texts
+        hold a run long enough to need the offsets route."""
         texts = _normalize_texts(texts, self.lower_case)
-        return (self._fast_wordpiece.tokenize(texts),
-                tf.strings.regex_full_match(texts, _LONG_RUN))
+        ids = self._fast_wordpiece.tokenize(texts)
+        return ids.flat_values, ids.row_splits, tf.strings.regex_full_match(texts, _LONG_RUN)
 
     def tokenize_with_char_offsets(self, text: str) -> tuple[list[int], list[int], list[int]]:
         """One Python string → (ids, starts, ends) lists, offsets in characters of `text`."""
@@ -321,7 +336,9 @@ class Tokenizer:
     def batch_tokenize_with_char_offsets(
             self, texts: Sequence[str]) -> list[tuple[list[int], list[int], list[int]]]:
         """Python strings → one (ids, starts, ends) of lists each, offsets in characters."""
-        ids, starts, ends = (_rows(x) for x in self.tokenize_with_offsets(list(texts)))
+        *flat, splits = (x.numpy() for x in self._compiled_tokenize(False)(
+            tf.constant(list(texts), tf.string)))
+        ids, starts, ends = (_split(values, splits) for values in flat)
         out = []
         for text, i, s, e in zip(texts, ids, starts, ends):
             out.append((i.tolist(), *char_offsets(text, s, e)))
@@ -333,9 +350,18 @@ class Tokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Strings → one Python list of ids each (one graph call for the whole list)."""
-        if not len(texts):
+        texts = list(texts)
+        if not texts:
             return []
-        return [row.tolist() for row in _rows(self.tokenize(list(texts), mask_literal=True))]
+        if self._fast_ids is None or not all(
+                isinstance(t, str) and "[MASK]" not in t for t in texts):
+            return [row.tolist() for row in _rows(self.tokenize(texts, mask_literal=True))]
+        # Without a literal [MASK] both routes give the same ids; the fast one, flat to lists.
+        values, splits, long_run = (x.numpy() for x in self._fast_ids(tf.constant(texts)))
+        rows = [row.tolist() for row in _split(values, splits)]
+        for i in np.flatnonzero(long_run):
+            rows[i] = _rows(self.tokenize([texts[i]], mask_literal=True))[0].tolist()
+        return rows
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.vocab[i] if 0 <= i < len(self.vocab) else "[UNK]" for i in ids]

@@ -86,6 +86,17 @@ def test_mask_literal(tok, hf):
     assert tok.mask_id not in tok.tokenize([SPECIAL_LITERALS]).to_list()[0]
 
 
+def test_encode_batch_fast_and_offsets_routes_equal_hf(tok, hf):
+    """Without a literal [MASK] in the batch, `encode_batch` takes the ids-only route (a text
+    with a long run goes the offsets route alone); with one, the whole batch goes the offsets
+    route. Every row is HF's either way."""
+    long_run = "a" * 120 + " short words " + "é" * 101
+    for texts in ([*HARD_CASES, long_run], [*HARD_CASES, long_run, SPECIAL_LITERALS]):
+        want = [hf.encode(t, add_special_tokens=False).ids for t in texts]
+        assert tok.encode_batch(texts) == want
+        assert [tok.encode(t) for t in texts] == want
+
+
 def test_byte_and_char_offsets(tok):
     text = "Ünïcödé wörds 東京"
     ids, starts, ends = tok.tokenize_with_offsets([text])
