@@ -204,13 +204,21 @@ def reranker_rankings(reranker: Any, data: RetrievalData, candidates: int = 20,
         from kbert.retrieval.lexical import BM25
         first = top_rows(BM25(data.corpus).scores(data.queries), candidates)
     first = np.asarray(first)
+    order = np.argsort(-reranker_scores(reranker, data, first, batch_size), axis=1,
+                       kind="stable")
+    return np.take_along_axis(first, order, 1).tolist()
+
+
+def reranker_scores(reranker: Any, data: RetrievalData, first: Any,
+                    batch_size: int = 64) -> np.ndarray:
+    """A `BertReranker`'s log-odds of relevance [q, k] for each query's corpus rows `first`
+    [q, k]."""
+    first = np.asarray(first)
     queries = [q for q, rows in zip(data.queries, first) for _ in rows]
     passages = [data.corpus[r] for rows in first for r in rows]
     logits = np.asarray(reranker.predict((queries, passages), batch_size=batch_size,
                                          verbose=0), np.float64)
-    relevance = (logits[:, 1] - logits[:, 0]).reshape(len(data.queries), -1)   # log-odds
-    order = np.argsort(-relevance, axis=1, kind="stable")
-    return np.take_along_axis(first, order, 1).tolist()
+    return (logits[:, 1] - logits[:, 0]).reshape(len(first), -1)
 
 
 @dataclasses.dataclass
