@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from kbert.backbone import BertBackbone
 
 MANIFEST = "export.json"
+GRAPH_FORM = 2     # raised whenever the exported graphs change form (N-D MatMul, fused LayerNorm)
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml"}
 
 
@@ -76,9 +77,11 @@ def fingerprint(directory: str) -> str:
 
 
 def cache_dir(directory: str, fmt: str) -> str:
+    """The cache folder of a checkpoint's graphs: its content hash, and the graph form (a
+    graph made by an older kbert is made again)."""
     root = os.environ.get("KBERT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
                                                          "kbert")
-    return os.path.join(root, "graphs", fingerprint(directory), fmt)
+    return os.path.join(root, "graphs", f"{fingerprint(directory)}-{GRAPH_FORM}", fmt)
 
 
 def graph_path(folder: str, kind: Kind, fmt: str) -> str:
@@ -117,6 +120,9 @@ def convert_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind, fmt:
         model.export(out, format=fmt, input_signature=[spec], verbose=False)
         if fmt == "openvino":
             _keep_first_output(out)
+        else:
+            from kbert.runtime.onnx_rewrite import fuse_layer_norms
+            fuse_layer_norms(out)
         for name in os.listdir(tmp):                    # the .xml last: readers look for it
             if not name.endswith(".xml"):
                 os.replace(os.path.join(tmp, name), os.path.join(folder, name))

@@ -93,6 +93,24 @@ def test_every_method_gives_the_keras_results_through_the_runtime(every_head, ru
     assert m.trace_count == loaded
 
 
+def test_onnx_graphs_take_the_forms_onnx_runtime_fuses(every_head, tmp_path):
+    """No `GlobalAveragePool` means left from tf2onnx, no reshapes around the products, and
+    ONNX Runtime fuses every LayerNorm (2 a layer + the embeddings')."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    from collections import Counter
+    out = graphs.export(every_head, tmp_path / "exported", fmt="onnx",
+                        kinds=[graphs.parse_kind("embed")])
+    path = os.path.join(out, "onnx", "embed.onnx")
+    written = Counter(n.op_type for n in onnx.load(path).graph.node)
+    assert written["GlobalAveragePool"] == 0 and written["Reshape"] <= 6, written
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    ran = Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)
+    assert ran["LayerNormalization"] == 2 * BertConfig.preset("tiny").num_layers + 1, ran
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_an_export_directory_loads_with_its_runtime_and_refuses_a_changed_vocabulary(
         every_head, runtime, tmp_path):
@@ -237,7 +255,8 @@ def test_shipped_model_through_openvino_matches_keras_on_real_weights():
 @pytest.mark.multibackend
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_forms_traced_for_graphs_equal_the_keras_forms(causal):
-    """`tracing_for_graphs`' LayerNorm and attention are twins of the training forms."""
+    """`tracing_for_graphs`' LayerNorm, Dense and attention are twins of the training
+    forms."""
     from kbert.layers import tracing_for_graphs
     keras.utils.set_random_seed(1)
     backbone = kbert.BertBackbone(BertConfig.preset("tiny", vocab_size=120, causal=causal))

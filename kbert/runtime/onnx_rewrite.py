@@ -1,0 +1,68 @@
+"""ONNX graphs rewritten so that ONNX Runtime fuses kbert's LayerNorms.
+
+tf2onnx (what Keras' `model.export(format="onnx")` runs on TensorFlow) writes each LayerNorm
+mean over the last axis of a [B, T, H] tensor as `GlobalAveragePool` and the square of the
+centred values as `Mul(x, x)`. ONNX Runtime's `LayerNormFusion` looks for `ReduceMean` and
+`Pow(x, 2)` (the form `torch.onnx.export` writes), so none of the 13 LayerNorms of a 6-layer
+encoder fused. The same operations in those forms fuse every one (one `LayerNormalization`
+kernel each): measured on MiniLM-L6, one core, 16 tokens, 5.9 ms -> 5.7 ms a call with the N-D
+`MatMul` of `kbert.layers.Dense`'s graph form (docs/inference.md). Same values: a mean over the
+one spatial axis is the mean over the last axis, and x·x is x².
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+
+def fuse_layer_norms(path: str) -> int:
+    """Rewrites the ONNX file at `path` in place (atomically); returns the nodes rewritten."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper, shape_inference
+
+    model = onnx.load(path)
+    graph = model.graph
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                default=0)
+    typed = shape_inference.infer_shapes(model).graph
+    rank = {v.name: len(v.type.tensor_type.shape.dim)
+            for v in [*typed.value_info, *typed.input]
+            if v.type.tensor_type.HasField("shape")}
+    consumers: dict[str, list] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            consumers[name].append(node)
+    means = {"GlobalAveragePool", "ReduceMean"}
+    nodes, rewritten = [], 0
+    for node in graph.node:
+        if node.op_type == "GlobalAveragePool" and rank.get(node.input[0]) == 3:
+            inputs, attributes = [node.input[0]], {"axes": [-1]}
+            if opset >= 18:                       # axes became an input in opset 18
+                axes = node.name + "/axes"
+                graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64),
+                                                                 axes))
+                inputs, attributes = [node.input[0], axes], {}
+            node = helper.make_node("ReduceMean", inputs, list(node.output), name=node.name,
+                                    keepdims=1, **attributes)
+            rewritten += 1
+        elif (node.op_type == "Mul" and len(node.input) == 2 and node.input[0] == node.input[1]
+              and any(c.op_type in means for c in consumers[node.output[0]])):
+            two = node.name + "/two"
+            graph.initializer.append(numpy_helper.from_array(np.array(2.0, np.float32), two))
+            node = helper.make_node("Pow", [node.input[0], two], list(node.output),
+                                    name=node.name)
+            rewritten += 1
+        nodes.append(node)
+    if rewritten:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        onnx.checker.check_model(model)
+        tmp = path + ".tmp"
+        onnx.save(model, tmp)
+        os.replace(tmp, path)
+    return rewritten
+
+
+__all__ = ["fuse_layer_norms"]
