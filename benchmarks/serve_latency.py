@@ -15,7 +15,7 @@ inputs come from SQuAD v1.1 dev (`--data`): `embed` (mean pooling) of 32 questio
 passages of up to 256 tokens and of one question; `fill_mask` (top 5) of 32 sentences with one
 word masked and of one; `answer` of 32 (question, its paragraph) pairs and of one. Engines are
 called in turn, the first one rotating each round, so that machine noise hits all alike;
-medians of `--rounds` calls at batch 32 and three times as many at batch 1. Beside each time:
+medians of `--rounds` calls at batch 32 and ten times as many at batch 1. Beside each time:
 the accuracy against HF float32 (embed: worst cosine; fill_mask: top-1 agreement; answer: the
 SQuAD-normalised text agreement), so that a fast but wrong row shows, and the model GFLOP/s
 (`serving_peers.model_flops`: the formula, once) against torch's 1024^3 matmul peak at the same

@@ -18,6 +18,7 @@ WORKLOADS = (("embed", "32 questions", 32), ("embed", "32 passages", 32),
 ACCURACY = {"embed": 0.99, "fill_mask": 0.95, "answer": 0.95}
 ACCURACY_NAME = {"embed": "worst cos", "fill_mask": "top-1 agree", "answer": "text agree"}
 REFERENCE = "HF torch fp32"
+BATCH1_ROUNDS = 10   # batch-1 calls per round: a ~6 ms call varies by ~0.5 ms call to call
 RUNTIMES, DTYPES = ("keras", "openvino", "onnx"), ("float32", "bfloat16", "int8")
 NO_BF16 = "this CPU has neither AMX nor avx512_bf16"
 
@@ -132,7 +133,7 @@ def measure(engines, inputs, rounds):
     results, skipped = {}, []
     for method, workload, batch in WORKLOADS:
         able = [e for e in engines if getattr(e, method, None) is not None]
-        n = rounds if batch > 1 else 3 * rounds
+        n = rounds if batch > 1 else BATCH1_ROUNDS * rounds
         seconds, outputs, refused = time_workload(able, calls(inputs)[workload], n,
                                                   warmup=1 if batch > 1 else 2)
         skipped += [f"{name} {method} ({workload}): skipped: {why}"
@@ -268,7 +269,8 @@ def run(paths, workdir, threads_label, threads, rounds, data):
         print(f"- {engine.name}: {engine.settings}")
     for line in skipped + kbert_skipped:
         print(f"- {line}")
-    print(f"\ntiming {rounds} rounds at batch 32, {3 * rounds} at batch 1 (medians):", flush=True)
+    print(f"\ntiming {rounds} rounds at batch 32, {BATCH1_ROUNDS * rounds} at batch 1 (medians):",
+          flush=True)
     results, refused = measure(engines, inputs, rounds)
     fp32_peak = max(fp32_peak, peers.matmul_peak("float32"))    # before and after: the best
     bf16_peak = max(bf16_peak, peers.matmul_peak("bfloat16")) if fast_bf16 else None

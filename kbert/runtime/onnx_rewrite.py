@@ -5,7 +5,7 @@ mean over the last axis of a [B, T, H] tensor as `GlobalAveragePool` and the squ
 centred values as `Mul(x, x)`. ONNX Runtime's `LayerNormFusion` looks for `ReduceMean` and
 `Pow(x, 2)` (the form `torch.onnx.export` writes), so none of the 13 LayerNorms of a 6-layer
 encoder fused. The same operations in those forms fuse every one (one `LayerNormalization`
-kernel each): measured on MiniLM-L6, one core, 16 tokens, 5.9 ms -> 5.7 ms a call with the N-D
+kernel each): on MiniLM-L6, one core, 16 tokens, 6.1 -> 5.7 ms a call together with the N-D
 `MatMul` of `kbert.layers.Dense`'s graph form (docs/inference.md). Same values: a mean over the
 one spatial axis is the mean over the last axis, and x·x is x².
 """
