@@ -197,7 +197,7 @@ def main():
     parser.add_argument("--rerank-depth", type=int, default=50)
     parser.add_argument("--rerank-questions", type=int, default=2000,
                         help="training questions for the reranker")
-    parser.add_argument("--rerank-negatives", default="bm25=2",
+    parser.add_argument("--rerank-negatives", default="bm25=2", type=negative_spec,
                         help="the reranker's mined negatives per question, method=count in "
                              "order: bm25 and/or first-stage (the retriever being reranked), "
                              "e.g. first-stage=2,bm25=1")
@@ -346,7 +346,7 @@ def rerank_part(args, pairs, sub, top, first_stage):
     else:
         few = sample(pairs, args.rerank_questions, seed=1)
         count = 0
-        for method, n in negative_spec(args.rerank_negatives):
+        for method, n in args.rerank_negatives:
             count += n
             encoder = (BertBiEncoder.from_checkpoint(first_stage)
                        if method == "first-stage" else None)
@@ -357,7 +357,8 @@ def rerank_part(args, pairs, sub, top, first_stage):
                                                   "epochs": args.rerank_epochs})
         path, seconds = result.output, f"{result.train_seconds:.0f}"
         name = (f"  reranked by kbert's cross-encoder from {args.rerank_init} ({len(few)} "
-                f"questions, negatives {args.rerank_negatives}, {args.rerank_epochs} "
+                f"questions, negatives "
+                f"{','.join(f'{m}={n}' for m, n in args.rerank_negatives)}, {args.rerank_epochs} "
                 f"epoch(s), lr {args.rerank_lr:g})")
     start = time.perf_counter()
     log_odds = np.asarray(reranker_scores(BertReranker.from_checkpoint(path), sub, top))
@@ -367,23 +368,25 @@ def rerank_part(args, pairs, sub, top, first_stage):
     os.makedirs(args.output, exist_ok=True)
     np.savez(os.path.join(args.output, "rerank_scores.npz"), top=top, log_odds=log_odds,
              first=first)
-    alone = scores_of(np.take_along_axis(top, np.argsort(-log_odds, 1, kind="stable"), 1), sub)
+    def ranked_by(scores):
+        return scores_of(np.take_along_axis(top, np.argsort(-scores, 1, kind="stable"), 1), sub)
+    alone = ranked_by(log_odds)
     rows.append((name, alone, seconds))
-    fused = np.stack([fuse(f, r, FIRST_STAGE_WEIGHT) for f, r in zip(first, log_odds)])
-    with_first = scores_of(np.take_along_axis(top, np.argsort(-fused, 1, kind="stable"), 1),
-                           sub)
+    with_first = ranked_by(np.stack([fuse(f, r, FIRST_STAGE_WEIGHT)
+                                     for f, r in zip(first, log_odds)]))
     rows.append((f"  the same, fused with the first stage ({FIRST_STAGE_WEIGHT} x min-max "
                  f"cosine + {1 - FIRST_STAGE_WEIGHT:g} x min-max log-odds)", with_first, ""))
     return rows, max(alone["mrr@10"], with_first["mrr@10"])
 
 
 def negative_spec(text):
-    """"first-stage=2,bm25=1" → [("first-stage", 2), ("bm25", 1)]; one line on a bad spec."""
+    """"first-stage=2,bm25=1" → [("first-stage", 2), ("bm25", 1)]; read by argparse, so a
+    bad spec is one line before any work."""
     spec = []
     for part in text.split(","):
         method, _, n = part.partition("=")
         if method not in ("bm25", "first-stage") or not n.isdigit() or int(n) < 1:
-            raise SystemExit(f"--rerank-negatives: {part!r} is not bm25=N or first-stage=N")
+            raise argparse.ArgumentTypeError(f"{part!r} is not bm25=N or first-stage=N")
         spec.append((method, int(n)))
     return spec
 
