@@ -359,8 +359,11 @@ class Tokenizer:
         # Without a literal [MASK] both routes give the same ids; the fast one, flat to lists.
         values, splits, long_run = (x.numpy() for x in self._fast_ids(tf.constant(texts)))
         rows = [row.tolist() for row in _split(values, splits)]
-        for i in np.flatnonzero(long_run):
-            rows[i] = _rows(self.tokenize([texts[i]], mask_literal=True))[0].tolist()
+        long = np.flatnonzero(long_run)
+        if long.size:   # the texts with a long run: the offsets route, in one call
+            exact = _rows(self.tokenize([texts[i] for i in long], mask_literal=True))
+            for i, row in zip(long, exact):
+                rows[i] = row.tolist()
         return rows
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
