@@ -116,7 +116,9 @@ NOTES = {
               "encoder picked above (minilm-l6-squad-retriever: all-MiniLM-L6-v2 fine-tuned on "
               "SQuAD questions; mean-pooled, unit vectors); the question is embedded "
               "the same way and the passages ranked by cosine similarity, fused with BM25 word "
-              "matching when *hybrid* is on. A SQuAD model then reads the top three passages "
+              "matching when *hybrid* is on; a cross-encoder (minilm-l6-squad-reranker) can "
+              "rerank the top 20, reading question and passage together, its score fused with "
+              "the search's. A SQuAD model then reads the top three passages "
               "and marks the best answer span. The index is kept per document: the next "
               "question only searches and reads.",
     "attention": "**Self-attention.** Every layer lets each WordPiece token attend to all the "

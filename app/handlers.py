@@ -116,15 +116,17 @@ def entities(registry):
 
 def search(registry):
     def ask(model=None, question="", document="", files=None, top_k=5, hybrid=True,
-            reader=None):
-        out = search_lib.ask(registry, model, reader, document, files, question, top_k, hybrid)
+            reader=None, reranker=search_lib.NO_RERANKER):
+        out = search_lib.ask(registry, model, reader, document, files, question, top_k, hybrid,
+                             reranker)
         for note in out["notes"]:
             gr.Warning(note)
         best = out["answer"]
         text = best["text"] if best else ("(no answer found)" if out["read_seconds"]
                                           else "(passages only: no reader)")
         return (text, best["score"] if best else None,
-                plots.search_html(out["hits"], out["index"]["hybrid"]), out["hits"],
+                plots.search_html(out["hits"], out["index"]["hybrid"], bool(out["reranker"])),
+                out["hits"],
                 _search_info(out), _notes(out["notes"]))
     return _guard(ask, 6)
 
@@ -136,6 +138,9 @@ def _search_info(out):
              else f"indexed in {index['seconds']:.1f} s")
     read = (f", read the top passages in {out['read_seconds'] * 1000:.0f} ms"
             if out["read_seconds"] else "")
+    if out["reranker"]:
+        read = (f", reranked by {out['reranker']} in {out['rerank_seconds'] * 1000:.0f} ms"
+                + read)
     return (f"**{index['passages']} passages** from {documents}, {built} by "
             f"{index['encoder']}; searched in {out['search_seconds'] * 1000:.0f} ms"
             f"{' (hybrid: BM25 + dense)' if index['hybrid'] else ''}{read}.")

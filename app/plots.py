@@ -53,7 +53,7 @@ def _marked(text, span):
             f'{html.escape(text[s:e])}</mark>' + html.escape(text[e:]))
 
 
-def search_html(hits, hybrid=False):
+def search_html(hits, hybrid=False, reranked=False):
     """HTML: the passages found, best first, each with its rank, score, document and place in
     it, and the reader's answer span marked.
 
@@ -66,7 +66,8 @@ def search_html(hits, hybrid=False):
     """
     if not hits:
         return '<div class="search-results">No passage found.</div>'
-    kind = "fused BM25 + dense score" if hybrid else "cosine similarity"
+    kind = ("reranked score (fused with the search score)" if reranked
+            else "fused BM25 + dense score" if hybrid else "cosine similarity")
     blocks = []
     for hit in hits:
         answer = hit.get("answer")

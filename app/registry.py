@@ -9,13 +9,19 @@ import json
 import os
 import threading
 
+from kbert.config import RELEVANCE_LABELS  # light: no Keras, no TensorFlow
+
 # What each tab needs, and how to say it to a user.
 HEAD_NAMES = {"mlm": "masked-LM (fill-mask)", "nsp": "next-sentence",
               "span": "span (question answering)", "classifier": "classifier",
-              "tagger": "tagger (entities)", "embedding": "sentence-embedding (search)"}
+              "tagger": "tagger (entities)", "embedding": "sentence-embedding (search)",
+              "reranker": "reranker (cross-encoder)"}
 # A sentence encoder (config.json's `sentence_embedding`, e.g. minilm-l6-v2) is listed as having
 # the "embedding" head: the one the Search tab needs.
 EMBEDDING = "embedding"
+# A cross-encoder (a classifier labelled `kbert.config.RELEVANCE_LABELS`, e.g.
+# minilm-l6-squad-reranker) is listed as having the "reranker" head too: the Search tab's.
+RERANKER = "reranker"
 
 
 class InputError(ValueError):
@@ -36,7 +42,9 @@ def describe(path):
     heads = raw.get("heads") or {}
     try:
         encoder = [EMBEDDING] if raw.get("sentence_embedding") else []
-        return {"path": os.path.abspath(path), "heads": sorted([*heads, *encoder]),
+        labels = (heads.get("classifier") or {}).get("labels")
+        reranker = [RERANKER] if labels == RELEVANCE_LABELS else []
+        return {"path": os.path.abspath(path), "heads": sorted([*heads, *encoder, *reranker]),
                 "num_layers": int(raw.get("num_layers", 1)),
                 "num_heads": int(raw.get("num_heads", 1)),
                 "max_len": int(raw.get("max_position_embeddings", 512)),

@@ -15,7 +15,7 @@ import re
 import threading
 import time
 
-from app.registry import EMBEDDING, InputError
+from app.registry import EMBEDDING, RERANKER, InputError
 
 PASSAGE_TOKENS = 128    # WordPieces per passage: a paragraph or two, short enough to rank sharply
 OVERLAP = 16            # pieces shared by the windows of a paragraph longer than a passage
@@ -28,6 +28,8 @@ MAX_CHARS = 300_000     # all documents together: about 750 passages, under a mi
 CACHED_INDEXES = 8
 PASTED = "pasted text"
 NO_READER = "none"      # the reader choice that skips reading (search results only)
+NO_RERANKER = "none"    # the reranker choice that keeps the search order
+RERANK_CANDIDATES = 20  # the search hits a reranker reorders (at least the passages shown)
 SEPARATOR = "\n\n"      # between the passages the reader reads
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 
@@ -228,11 +230,14 @@ def hybrid_available():
     return importlib.util.find_spec("bm25s") is not None
 
 
-def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=True):
-    """{"answer", "hits", "index", "search_seconds", "read_seconds", "notes"}: the top `top_k`
-    passages of the documents for `question` ({"rank", "score", "document", "start", "end"
-    (offsets into the document), "text", "answer" (the reader's span in it, or None)}) and the
-    reader's best answer ({"text", "score", "rank", "document", "start", "end"}, or None)."""
+def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=True,
+        reranker=NO_RERANKER):
+    """{"answer", "hits", "index", "search_seconds", "rerank_seconds", "read_seconds", "notes"}:
+    the top `top_k` passages of the documents for `question` ({"rank", "score", "document",
+    "start", "end" (offsets into the document), "text", "answer" (the reader's span in it, or
+    None)}, and "rerank_score" when reranked) and the reader's best answer ({"text", "score",
+    "rank", "document", "start", "end"}, or None). A `reranker` (a cross-encoder) reorders the
+    first RERANK_CANDIDATES hits, its log-odds fused with their search scores."""
     encoder = registry.resolve(encoder, EMBEDDING)
     model = registry.require(encoder, EMBEDDING)
     question = (question or "").strip()
@@ -250,9 +255,21 @@ def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=Tr
     entry, cached = index_for(registry, encoder, model, [text for _, text in documents])
     index = entry["index"]
 
+    rerank = reranker not in (None, "", NO_RERANKER)
+    rerank_model = registry.require(reranker, RERANKER) if rerank else None
     start = time.perf_counter()
-    hits = model.search(question, index, top_k=top_k, hybrid=bool(hybrid))
+    hits = model.search(question, index, top_k=max(top_k, RERANK_CANDIDATES) if rerank else top_k,
+                        hybrid=bool(hybrid))
     search_seconds = time.perf_counter() - start
+    rerank_seconds = 0.0
+    if rerank_model is not None:
+        start = time.perf_counter()
+        order = rerank_model.rerank(question, [h["text"] for h in hits],
+                                    first_scores=[h["score"] for h in hits])
+        hits = [dict(hits[r["index"]], score=r["score"], rerank_score=r["rerank_score"])
+                for r in order]
+        rerank_seconds = time.perf_counter() - start
+    hits = hits[:top_k]
     best, spans, read_seconds = None, {}, 0.0
     if reader != NO_READER and (reader or registry.with_head("span")):
         reader_model = registry.require(reader, "span")
@@ -268,7 +285,8 @@ def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=Tr
         name, text = documents[hit["document"]]
         out.append({"rank": rank + 1, "score": hit["score"], "document": name,
                     "start": hit["document_start"], "end": hit["document_end"],
-                    "text": hit["text"], "answer": spans.get(rank)})
+                    "text": hit["text"], "answer": spans.get(rank),
+                    **({"rerank_score": hit["rerank_score"]} if "rerank_score" in hit else {})})
     if best and best["rank"]:
         hit = out[best["rank"] - 1]
         best.update(document=hit["document"], start=hit["start"] + best["start"],
@@ -281,4 +299,5 @@ def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=Tr
             "index": {"passages": len(index), "documents": len(documents),
                       "seconds": entry["seconds"], "cached": cached, "encoder": encoder,
                       "hybrid": bool(hybrid)},
-            "search_seconds": search_seconds, "read_seconds": read_seconds, "notes": notes}
+            "reranker": reranker if rerank else None, "search_seconds": search_seconds,
+            "rerank_seconds": rerank_seconds, "read_seconds": read_seconds, "notes": notes}

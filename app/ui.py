@@ -4,6 +4,7 @@ import gradio as gr
 
 from app import examples, handlers, inference
 from app import search as search_lib
+from app.registry import RERANKER
 
 TITLE = "kbert playground"
 INTRO = ("BERT (Devlin et al., 2018) pre-trains a Transformer encoder on two tasks — masked "
@@ -130,6 +131,7 @@ def _search_tab(registry, model):
                         elem_id="search-files", scale=2)
     gr.Examples(examples.SEARCH, inputs=[question, document])
     readers = registry.with_head("span")
+    rerankers = registry.with_head(RERANKER)
     with gr.Row():
         top_k = gr.Slider(1, search_lib.MAX_TOP_K, value=5, step=1, label="Passages shown")
         hybrid = gr.Checkbox(value=search_lib.hybrid_available(),
@@ -137,6 +139,10 @@ def _search_tab(registry, model):
         reader = gr.Dropdown(choices=readers + [search_lib.NO_READER],
                              value=(readers or [search_lib.NO_READER])[0],
                              label="Answer with (a SQuAD checkpoint)", elem_id="search-reader")
+        reranker = gr.Dropdown(choices=[search_lib.NO_RERANKER] + rerankers,
+                               value=search_lib.NO_RERANKER,
+                               label=f"Rerank the top {search_lib.RERANK_CANDIDATES} with (a "
+                                     f"cross-encoder)", elem_id="search-reranker")
     run = gr.Button("Search", variant="primary", elem_id="search-run")
     message = gr.Markdown(label="notice", elem_id="search-message")
     with gr.Row():
@@ -147,7 +153,7 @@ def _search_tab(registry, model):
     with gr.Accordion("Raw results", open=False):
         raw = gr.JSON(label="Passages")
     fn = handlers.search(registry)
-    inputs = [model, question, document, files, top_k, hybrid, reader]
+    inputs = [model, question, document, files, top_k, hybrid, reader, reranker]
     outputs = [answer, score, results, raw, info, message]
     run.click(fn, inputs, outputs, api_name="search")
     question.submit(fn, inputs, outputs, api_visibility="private")

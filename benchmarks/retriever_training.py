@@ -4,8 +4,9 @@ and answering questions over the collection (retrieve, then read), in one run.
     python benchmarks/retriever_training.py [--data ../shared/data/squad/dev-v1.1-part-a.json]
         [--pairs 2000] [--seeds 1] [--negatives 1] [--rerank-depth 50]
         [--parts side-by-side,full,rerank,open-qa] [--first-stage minilm-l6-squad-retriever]
-        [--rerank-init minilm-l6-mlm-nsp] [--rerank-questions 2000] [--rerank-epochs 1]
-        [--rerank-lr 2e-5] [--rerank-negatives bm25=2] [--reranker TRAINED] [--eval-questions N]
+        [--rerank-init minilm-l6-squad] [--rerank-questions N (all)] [--rerank-epochs 1]
+        [--rerank-lr 4e-5] [--rerank-negatives first-stage=1,bm25=1] [--reranker TRAINED]
+        [--eval-questions N]
 
 Data: the articles of part-a split as the fine-tuning results are (every fourth article held
 out: 18 training articles, 4,449 questions; 6 held-out, 1,039). Training pairs are (question,
@@ -23,10 +24,12 @@ Parts:
                   negatives; its hybrid with BM25 (dense weight 0.6, not tuned here)
     rerank        a cross-encoder trained from `--rerank-init` (minilm-l6-mlm-nsp: its NSP
                   head as the start, and untrained as a row too) on training questions with
-                  negatives mined by BM25 and/or the first stage (`--rerank-negatives`),
+                  negatives mined by BM25 and/or the first stage (`--rerank-negatives`; the
+                  defaults are the recipe docs/retrieval.md reports, ~2 hours on a core),
                   reordering the top `--rerank-depth` of the best first stage; rows: the
                   reranker alone and its log-odds fused with the first stage's cosine (fixed
-                  weight 0.5, min-max per query); `--reranker` skips the training
+                  weight 0.5, min-max per query); the first stage's hybrid with BM25, alone
+                  and reranked, fused; `--reranker` skips the training
     open-qa       `kbert.retrieval.ask`: the best first stage (+ reranker) retrieves, the
                   shipped reader (minilm-l6-squad) reads the top passages; EM/F1 beside the
                   reader on each question's own paragraph (the oracle)
@@ -56,7 +59,6 @@ from retrieval import DATA, HELD_OUT_EVERY, check, cpu_model  # noqa: E402
 METRICS = ("recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10")
 SETTINGS = dict(batch_size=32, learning_rate=2e-5, warmup=0.1, max_seq_length=256)
 NSP_INIT = "minilm-l6-mlm-nsp"      # its NSP head is a reranker before any training
-FIRST_STAGE_WEIGHT = 0.5            # fixed, not tuned: the fused row is no held-out search
 
 
 def split(path):
@@ -195,21 +197,21 @@ def main():
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--negatives", type=int, default=1)
     parser.add_argument("--rerank-depth", type=int, default=50)
-    parser.add_argument("--rerank-questions", type=int, default=2000,
-                        help="training questions for the reranker")
-    parser.add_argument("--rerank-negatives", default="bm25=2", type=negative_spec,
+    parser.add_argument("--rerank-questions", type=int,
+                        help="training questions for the reranker (default: all)")
+    parser.add_argument("--rerank-negatives", default="first-stage=1,bm25=1", type=negative_spec,
                         help="the reranker's mined negatives per question, method=count in "
                              "order: bm25 and/or first-stage (the retriever being reranked), "
                              "e.g. first-stage=2,bm25=1")
     parser.add_argument("--rerank-epochs", type=int, default=1)
-    parser.add_argument("--rerank-lr", type=float, default=SETTINGS["learning_rate"])
+    parser.add_argument("--rerank-lr", type=float, default=4e-5)
     parser.add_argument("--reranker", help="rerank with this trained cross-encoder instead "
                                            "of training one")
     parser.add_argument("--eval-questions", type=int,
                         help="rerank and open-qa: a seeded sample of N held-out questions "
                              "(reranking 50 passages for each of 1,039 takes an hour on a core)")
     parser.add_argument("--parts", default="side-by-side,full,rerank,open-qa")
-    parser.add_argument("--rerank-init", default=NSP_INIT,
+    parser.add_argument("--rerank-init", default="minilm-l6-squad",
                         help="the checkpoint the reranker starts from (the untrained row is "
                              f"shown only for {NSP_INIT}'s NSP head)")
     parser.add_argument("--first-stage",
@@ -232,7 +234,9 @@ def main():
     rows, ok = [], True
     base = scores_of(bm25_rankings(data), data)
     rows.append(("BM25 (bm25s)", base, ""))
-    first = encoder_rankings(shipped, data)
+    from kbert.retrieval.fusion import top_rows
+    similarities = encoder_similarities(shipped, data)   # of the first stage that is reranked
+    first = top_rows(similarities, 100)
     shipped_scores = scores_of(first, data)
     rows.append(("shipped minilm-l6-v2", shipped_scores, ""))
     best_encoder, best_first = shipped, first
@@ -290,21 +294,23 @@ def main():
         from kbert.retrieval.training import embed
         enc = BertBiEncoder.from_checkpoint(best_encoder)
         q, c = embed(enc, data.queries), embed(enc, data.corpus)
-        dense = q @ c.T
+        similarities = q @ c.T
         lexical = BM25(data.corpus).scores(data.queries)
-        fused = fusion.fuse(dense, lexical, 0.6)
+        fused = fusion.fuse(similarities, lexical, 0.6)
         rows.append(("  + BM25 hybrid (dense weight 0.6)",
                      scores_of(fusion.top_rows(fused, 100), data), ""))
 
     if args.first_stage and "full" not in parts:
         best_encoder = resolve(args.first_stage)
-        best_first = encoder_rankings(best_encoder, data)
+        similarities = encoder_similarities(best_encoder, data)
+        best_first = top_rows(similarities, 100)
         rows.append((args.first_stage, scores_of(best_first, data), ""))
     sub, sub_first, sub_answers, sub_contexts = data, best_first, answers, contexts
     if args.eval_questions and args.eval_questions < len(data.queries):
         keep = sorted(random.Random(2).sample(range(len(data.queries)), args.eval_questions))
         sub = data.subset([i in set(keep) for i in range(len(data.queries))])
         sub_first = [best_first[i] for i in keep]
+        similarities = similarities[keep]
         sub_answers, sub_contexts = [answers[i] for i in keep], [contexts[i] for i in keep]
         print(f"rerank and open-qa on {len(keep)} of the held-out questions (seeded sample)")
     if "rerank" in parts:
@@ -313,7 +319,7 @@ def main():
         first_scores = scores_of(top, sub)
         rows.append((f"first stage on {len(sub.queries)} questions, top {depth}", first_scores,
                      ""))
-        rr_rows, rr_mrr = rerank_part(args, pairs, sub, top, best_encoder)
+        rr_rows, rr_mrr = rerank_part(args, pairs, sub, top, best_encoder, similarities)
         rows += rr_rows
         ok &= check(f"reranking the top {depth}: MRR@10 "
                     f"{rr_mrr - first_scores['mrr@10']:+.1f} (>= +5)",
@@ -323,18 +329,19 @@ def main():
     if "open-qa" in parts:
         print()
         open_qa(best_encoder, sub, sub_answers, sub_contexts, data.corpus,
-                reranker_path=(args.reranker or os.path.join(args.output, "reranker"))
-                if "rerank" in parts else None)
+                reranker_path=args.reranker or (os.path.join(args.output, "reranker")
+                                                if "rerank" in parts else None))
     return 0 if ok else 1
 
 
-def rerank_part(args, pairs, sub, top, first_stage):
+def rerank_part(args, pairs, sub, top, first_stage, similarities):
     """The rerank part's rows (the NSP head untrained where it is the start; the trained
     cross-encoder alone; its log-odds fused with the first stage's cosine) and the best
     reranked MRR@10. Scores are kept in OUTPUT/rerank_scores.npz."""
     from kbert.checkpoint_format import resolve
     from kbert.models import BertBiEncoder, BertReranker
     from kbert.retrieval.fusion import fuse
+    from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT  # fixed, not tuned on held-out data
     from kbert.retrieval.training import mine_negatives, reranker_scores, train_reranker
     rows = []
     init = resolve(args.rerank_init)
@@ -344,7 +351,7 @@ def rerank_part(args, pairs, sub, top, first_stage):
     if args.reranker:
         path, seconds, name = args.reranker, "", f"  reranked by {args.reranker}"
     else:
-        few = sample(pairs, args.rerank_questions, seed=1)
+        few = sample(pairs, args.rerank_questions or len(pairs), seed=1)
         count = 0
         for method, n in args.rerank_negatives:
             count += n
@@ -361,10 +368,11 @@ def rerank_part(args, pairs, sub, top, first_stage):
                 f"{','.join(f'{m}={n}' for m, n in args.rerank_negatives)}, {args.rerank_epochs} "
                 f"epoch(s), lr {args.rerank_lr:g})")
     start = time.perf_counter()
-    log_odds = np.asarray(reranker_scores(BertReranker.from_checkpoint(path), sub, top))
+    model = BertReranker.from_checkpoint(path)
+    log_odds = np.asarray(reranker_scores(model, sub, top))
     print(f"reranked {log_odds.size} pairs in {time.perf_counter() - start:.0f}s")
     top = np.asarray(top)
-    first = np.take_along_axis(encoder_similarities(first_stage, sub), top, 1)
+    first = np.take_along_axis(similarities, top, 1)
     os.makedirs(args.output, exist_ok=True)
     np.savez(os.path.join(args.output, "rerank_scores.npz"), top=top, log_odds=log_odds,
              first=first)
@@ -376,7 +384,35 @@ def rerank_part(args, pairs, sub, top, first_stage):
                                      for f, r in zip(first, log_odds)]))
     rows.append((f"  the same, fused with the first stage ({FIRST_STAGE_WEIGHT} x min-max "
                  f"cosine + {1 - FIRST_STAGE_WEIGHT:g} x min-max log-odds)", with_first, ""))
+    rows += rerank_hybrid(model, sub, similarities, top, log_odds)
     return rows, max(alone["mrr@10"], with_first["mrr@10"])
+
+
+def rerank_hybrid(model, sub, similarities, top, log_odds):
+    """Rows: the first stage's hybrid with BM25 (dense weight 0.6) and its top as many
+    reranked, fused with the hybrid's scores (pairs already scored are not scored again)."""
+    from kbert.retrieval import fusion
+    from kbert.retrieval.lexical import BM25
+    from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT
+    depth = top.shape[1]
+    rows, fused = fusion.hybrid(fusion.top_rows(similarities, 100),
+                                lambda i, r: similarities[i, r],
+                                BM25(sub.corpus).scores(sub.queries), depth, 0.6)
+    rows, fused = np.stack(rows), np.stack(fused)
+    known = {(i, int(r)): s for i in range(len(top)) for r, s in zip(top[i], log_odds[i])}
+    missing = sorted({(i, int(r)) for i in range(len(rows)) for r in rows[i]} - set(known))
+    if missing:
+        logits = np.asarray(model.predict(([sub.queries[i] for i, _ in missing],
+                                           [sub.corpus[r] for _, r in missing]),
+                                          batch_size=64, verbose=0), np.float64)
+        known.update(zip(missing, logits[:, 1] - logits[:, 0]))
+    odds = np.array([[known[(i, int(r))] for r in rows[i]] for i in range(len(rows))])
+    order = np.argsort(-np.stack([fusion.fuse(f, o, FIRST_STAGE_WEIGHT)
+                                  for f, o in zip(fused, odds)]), 1, kind="stable")
+    return [(f"first stage + BM25 hybrid (dense weight 0.6), top {depth} ({len(missing)} more "
+             f"pairs reranked)", scores_of(rows, sub), ""),
+            ("  reranked, fused with the hybrid's scores",
+             scores_of(np.take_along_axis(rows, order, 1), sub), "")]
 
 
 def negative_spec(text):
@@ -411,7 +447,7 @@ def open_qa(encoder_path, data, answers, contexts, corpus, reranker_path=None):
     oracle = [r[0]["text"] for r in reader.answer(data.queries, contexts)]
     rows = [("reader on the question's own paragraph (oracle)", oracle)]
     for name, rr in (("retrieve (top 5) then read", None),
-                     ("retrieve (top 20), rerank (top 5), then read", reranker)):
+                     ("retrieve (top 20), rerank fused (top 5), then read", reranker)):
         if name.startswith("retrieve (top 20)") and rr is None:
             continue
         got = ask(data.queries, index, reader, encoder=encoder, reranker=rr,

@@ -20,6 +20,8 @@ _PRESET_SHAPES = {
 PRESETS = tuple(_PRESET_SHAPES)
 log = logging.getLogger(__name__)
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# A reranker's classifier labels (`kbert.BertReranker`): how a checkpoint says it is one.
+RELEVANCE_LABELS = ["irrelevant", "relevant"]
 
 
 @dataclasses.dataclass

@@ -190,11 +190,13 @@ class Bert:
                              batch_size=batch_size)
 
     def rerank(self, query: str, passages: Sequence[str], top_k: int | None = None,
-               batch_size: int = 32) -> list[dict]:
+               batch_size: int = 32, first_scores: Sequence[float] | None = None) -> list[dict]:
         """Passages sorted by a cross-encoder's relevance to `query`: [{"index", "text",
-        "score"}], best first (a 'classifier' head scoring pairs, or the 'nsp' head)."""
+        "score"}], best first (a 'classifier' head scoring pairs, or the 'nsp' head); with
+        the first stage's `first_scores`, by the two fused (`kbert.retrieval.rerank`)."""
         from kbert.retrieval import rerank
-        return rerank.rerank(self, query, passages, top_k=top_k, batch_size=batch_size)
+        return rerank.rerank(self, query, passages, top_k=top_k, batch_size=batch_size,
+                             first_scores=first_scores)
 
 
 def load(path: str, dtype: str | None = None, runtime: str | None = None,

@@ -10,7 +10,8 @@ from helpers import REPO, tiny_vocab
 
 CLASSES = ["negative", "neutral", "positive"]
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-HEADS = ("mlm", "nsp", "span", "classifier", "tagger", "embedding")
+HEADS = ("mlm", "nsp", "span", "classifier", "tagger", "embedding", "reranker")
+RELEVANCE = ["irrelevant", "relevant"]
 
 
 def free_port():
@@ -21,7 +22,7 @@ def free_port():
 
 def tiny_checkpoint(path, kind, **head_options):
     """A tiny random checkpoint with one kind of head ("mlm" also has "nsp"; "embedding" is a
-    sentence encoder with mean pooling)."""
+    sentence encoder with mean pooling; "reranker" a classifier of RELEVANCE)."""
     import kbert
     from kbert import BertConfig, checkpoint
     max_len = 64 if kind == "mlm" else 128   # short enough to test truncation cheaply
@@ -29,10 +30,12 @@ def tiny_checkpoint(path, kind, **head_options):
     model = {"mlm": lambda: kbert.BertPretrainer(config),
              "span": lambda: kbert.BertQuestionAnswerer(config),
              "classifier": lambda: kbert.BertClassifier(config, num_labels=len(CLASSES)),
+             "reranker": lambda: kbert.BertClassifier(config, num_labels=len(RELEVANCE)),
              "tagger": lambda: kbert.BertTokenClassifier(config, num_labels=len(TAGS)),
              "embedding": lambda: kbert.BertBackbone(config)}[kind]()
     options = {"classifier": {"classifier": {"labels": CLASSES}},
-               "tagger": {"tagger": {"labels": TAGS}}}.get(kind, head_options)
+               "tagger": {"tagger": {"labels": TAGS}},
+               "reranker": {"classifier": {"labels": RELEVANCE}}}.get(kind, head_options)
     embedding = {"pooling": "mean", "normalize": True, "max_seq_length": 64} \
         if kind == "embedding" else None
     checkpoint.save(path, model, vocab=tiny_vocab(size=120), head_options=options,
@@ -52,7 +55,7 @@ def served(tmp_path_factory):
         extra.append(tiny_checkpoint(tmp / "tiny-mlm-nsp", "mlm"))
     if not any("span" in i["heads"] for i in shipped.values()):
         extra.append(tiny_checkpoint(tmp / "tiny-squad2", "span", span={"version": "2.0"}))
-    for head in ("classifier", "tagger", "embedding"):
+    for head in ("classifier", "tagger", "embedding", "reranker"):
         if not any(head in i["heads"] for i in shipped.values()):
             extra.append(tiny_checkpoint(tmp / f"tiny-{head}", head))
     port = free_port()

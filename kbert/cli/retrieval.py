@@ -51,6 +51,8 @@ def add_retrieval_evaluate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=positive_int, default=20,
                    help="rerank: BM25's top N per query, reordered (default 20)")
     p.add_argument("--max-queries", type=positive_int, help="rerank: the first N queries only")
+    p.add_argument("--fuse", action="store_true",
+                   help="rerank: order by the reranker's log-odds fused with BM25's scores")
     p.add_argument("--retriever", help="open-qa: the sentence encoder that indexes every "
                                        "paragraph of --data (--model is the reader)")
     p.add_argument("--reranker", help="open-qa: a cross-encoder reordering the first "
@@ -173,7 +175,7 @@ def run_retrieval_evaluate(args: argparse.Namespace) -> None:
     else:
         scores = metrics.evaluate_rerank(model, args.data, candidates=args.candidates,
                                          batch_size=args.batch_size,
-                                         max_queries=args.max_queries)
+                                         max_queries=args.max_queries, fuse=args.fuse)
     print(json.dumps(scores))
 
 

@@ -1,5 +1,6 @@
-"""`ask`: answer questions over a collection — retrieve passages, optionally rerank them, read
-the best ones with an extractive reader (a SQuAD checkpoint), keep the best span.
+"""`ask`: answer questions over a collection — retrieve passages, optionally rerank them (the
+cross-encoder's log-odds fused with the search scores, `kbert.retrieval.rerank`), read the best
+ones with an extractive reader (a SQuAD checkpoint), keep the best span.
 
 A span's score is P(passage) × P(span | passage): P(span | passage) is the reader's
 probability among its n-best spans in that passage, P(passage) a softmax over the retrieved
@@ -30,7 +31,8 @@ def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert
         index: a `kbert.retrieval.Index`; `encoder` the model it was built with (default: the
             one its manifest names).
         reader: a checkpoint with a span head (e.g. `kbert.load("minilm-l6-squad")`).
-        reranker: a cross-encoder that reorders the first `candidates` hits (optional).
+        reranker: a cross-encoder that reorders the first `candidates` hits, fused with
+            their search scores (optional).
         passages: how many of the best passages the reader reads.
     Returns {"text", "score", "start", "end" (character offsets into the passage),
     "passage": the search hit the answer is in ({"index", "text", "score", ...}),
@@ -50,8 +52,8 @@ def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert
         if reranker is not None:
             from kbert.retrieval.rerank import rerank
             order = rerank(reranker, q, [h["text"] for h in found], batch_size=batch_size,
-                           log_odds=True)
-            found = [dict(found[r["index"]], rerank_score=r["score"]) for r in order]
+                           first_scores=[h["score"] for h in found])
+            found = [dict(found[r["index"]], rerank_score=r["rerank_score"]) for r in order]
             weights = _softmax([h["rerank_score"] for h in found[:passages]], 1.0)
         else:
             weights = _softmax([h["score"] for h in found[:passages]], temperature)

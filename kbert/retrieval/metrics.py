@@ -162,20 +162,26 @@ def _sources(hits: list[dict]) -> list[int]:
 
 
 def evaluate_rerank(model: Bert, path: str, candidates: int = 20, batch_size: int = 32,
-                    max_queries: int | None = None) -> dict[str, float]:
+                    max_queries: int | None = None, fuse: bool = False) -> dict[str, float]:
     """BM25's top `candidates` per query, reordered by the cross-encoder `model`, scored
-    (`kbert evaluate rerank`); the first `max_queries` queries when given."""
-    from kbert.retrieval.fusion import top_rows
+    (`kbert evaluate rerank`); the first `max_queries` queries when given. `fuse`: reordered
+    by the reranker's log-odds fused with BM25's scores (`kbert.retrieval.rerank`)."""
+    from kbert.retrieval import fusion
     from kbert.retrieval.lexical import BM25
-    from kbert.retrieval.rerank import pair_scores, scorer
+    from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT, pair_scores, scorer
     scorer(model)                                   # a clear error before any work
     data = read_data(path)
     if max_queries:
         data = data.subset([i < max_queries for i in range(len(data.queries))])
-    first = top_rows(BM25(data.corpus).scores(data.queries), candidates)
+    lexical = BM25(data.corpus).scores(data.queries)
+    first = fusion.top_rows(lexical, candidates)
     pairs = [(q, int(r)) for q, rows in zip(data.queries, first) for r in rows]
     scores = np.asarray(pair_scores(model, [q for q, _ in pairs],
-                                    [data.corpus[r] for _, r in pairs], batch_size))
+                                    [data.corpus[r] for _, r in pairs], batch_size,
+                                    log_odds=fuse))
     scores = scores.reshape(len(data.queries), -1)
+    if fuse:
+        scores = np.stack([fusion.fuse(lex[rows], s, FIRST_STAGE_WEIGHT)
+                           for lex, rows, s in zip(lexical, first, scores)])
     order = np.argsort(-scores, axis=1, kind="stable")
     return score(np.take_along_axis(first, order, 1).tolist(), data.relevant)

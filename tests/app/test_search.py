@@ -85,6 +85,27 @@ def test_uploaded_files_and_options(served, client, tmp_path):
     assert "reused" in hybrid[4] and "hybrid" in hybrid[4] and "fused" in hybrid[2]
 
 
+def test_a_reranker_reorders_the_top_hits_fused_with_their_search_scores(served, client):
+    _, names, registry = served
+    question = "How often is the tower painted?"
+    plain = _ask(client, question, DOCUMENT, top_k=search_lib.MAX_TOP_K, hybrid=False,
+                 reader=search_lib.NO_READER)[3]
+    answer, _, page, hits, info, notice = _ask(client, question, DOCUMENT, top_k=3,
+                                               hybrid=False, reranker=names["reranker"])
+    assert notice == "" and f"reranked by {names['reranker']} in" in info
+    assert "reranked score" in page and len(hits) == min(3, len(plain))
+    candidates = plain[:search_lib.RERANK_CANDIDATES]
+    want = registry.get(names["reranker"]).rerank(
+        question, [h["text"] for h in candidates], first_scores=[h["score"] for h in candidates])
+    assert [h["text"] for h in hits] == [candidates[r["index"]]["text"] for r in want[:3]]
+    for hit, r in zip(hits, want):
+        assert hit["score"] == pytest.approx(r["score"], abs=1e-5)
+        assert hit["rerank_score"] == pytest.approx(r["rerank_score"], abs=1e-4)
+    with pytest.raises(search_lib.InputError, match="has no reranker \\(cross-encoder\\) head"):
+        search_lib.ask(registry, names["embedding"], None, DOCUMENT, None, question,
+                       reranker=names["embedding"])
+
+
 @pytest.mark.parametrize("case, expected", [
     ("empty document", "The document is empty"),
     ("empty question", "The question is empty"),

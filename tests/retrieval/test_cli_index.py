@@ -83,6 +83,10 @@ def test_evaluate_retrieve_and_rerank_print_one_json_line(tmp_path, encoder, cro
                      "--data", str(data), "--candidates", "3"]) == 0
     scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(scores) == {"recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10"}
+    assert cli.main(["evaluate", "rerank", "--model", cross_encoders["nsp"].checkpoint.path,
+                     "--data", str(data), "--candidates", "3", "--fuse"]) == 0
+    fused = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(fused) == set(scores) and fused["recall@20"] == scores["recall@20"]
     err = _error(capsys, "evaluate", "rerank", "--model", encoder.checkpoint.path, "--data",
                  data)
     assert err.startswith("kbert evaluate: error: rerank needs a cross-encoder")

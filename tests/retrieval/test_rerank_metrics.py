@@ -27,6 +27,20 @@ def test_rerank_sorts_by_the_cross_encoders_pair_score(cross_encoders, head):
     assert [h["score"] for h in ranked] == sorted(want, reverse=True)
     assert m.rerank(query, PASSAGES, top_k=2) == ranked[:2]
 
+    # fused with a first stage: its min-max scores and the reranker's, half each
+    first = np.linspace(1.0, 0.2, len(PASSAGES))
+    fused = m.rerank(query, PASSAGES, first_scores=first)
+    odds = np.log(want) - np.log1p(-np.asarray(want))
+    expected = 0.5 * fusion.min_max(first) + 0.5 * fusion.min_max(odds)
+    for hit in fused:
+        assert hit["rerank_score"] == pytest.approx(odds[hit["index"]], abs=1e-4)
+        assert hit["score"] == pytest.approx(expected[hit["index"]], abs=1e-5)
+    assert [h["index"] for h in fused] == sorted(range(len(PASSAGES)),
+                                                 key=lambda i: (-expected[i], i))
+    for bad in ([1.0], [float("nan")] * len(PASSAGES)):
+        with pytest.raises(ValueError, match="first_scores must be"):
+            m.rerank(query, PASSAGES, first_scores=bad)
+
 
 def test_metrics_are_ranx_and_match_hand_computed_values():
     rankings = [[4, 2, 9], [1, 0], [7, 8, 3, 5, 6, 0]]

@@ -198,9 +198,14 @@ def test_ask_reads_the_best_passages_and_open_qa_scores_it(tiny, tmp_path, capsy
     hit = index.search("who bought milk ?", encoder, top_k=1)[0]
     assert one["passage"]["index"] == hit["index"]
     assert one["text"] == reader.answer("who bought milk ?", hit["text"])[0]["text"]
-    ranked = ask("who bought milk ?", index, reader, encoder,
-                 reranker=kbert.load(tiny["nsp"]), passages=1, candidates=8)
-    assert "rerank_score" in ranked["passage"]
+    reranker = kbert.load(tiny["nsp"])
+    ranked = ask("who bought milk ?", index, reader, encoder, reranker=reranker, passages=1,
+                 candidates=8)
+    hits = index.search("who bought milk ?", encoder, top_k=8)      # fused with their scores
+    best = reranker.rerank("who bought milk ?", [h["text"] for h in hits],
+                           first_scores=[h["score"] for h in hits])[0]
+    assert ranked["passage"]["index"] == hits[best["index"]]["index"]
+    assert ranked["passage"]["rerank_score"] == pytest.approx(best["rerank_score"])
     squad = {"data": [{"title": "t", "paragraphs": [
         {"context": p, "qas": [{"id": str(i), "question": q,
                                 "answers": [{"text": q, "answer_start": p.find(q)}]}]}
