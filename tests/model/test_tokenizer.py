@@ -97,6 +97,38 @@ def test_encode_batch_fast_and_offsets_routes_equal_hf(tok, hf):
         assert [tok.encode(t) for t in texts] == want
 
 
+ASCII_CASES = [
+    "Don't stop-believing... (yes) 50% $3.50 #tag @user ~/a_b",
+    "CamelCase URLs: http://x.org/a?b=c&d=e, e-mail a.b@c.de",
+    "tabs\tand\nnewlines\r\nhere",
+    "x" * 101 + " after a long run",
+    "",
+    "   ",
+]
+
+
+def test_offsets_fast_and_offsets_routes_equal_hf(tok, hf):
+    """Offsets called eagerly: printable ASCII texts take FastWordpiece's offsets (lower-casing
+    keeps every byte in place), the others and long runs the offsets route; a mixed batch comes
+    back in input order. Every row is HF's either way."""
+    texts = [*ASCII_CASES, *HARD_CASES, *ASCII_CASES[:2]]
+    for text, (ids, starts, ends) in zip(texts, tok.batch_tokenize_with_char_offsets(texts)):
+        want = hf.encode(text, add_special_tokens=False)
+        assert ids == want.ids and list(zip(starts, ends)) == want.offsets, text
+    ascii_texts = [*ASCII_CASES, SPECIAL_LITERALS]    # "[MASK]" is text unless mask_literal
+    fast = [x.to_list() for x in tok.tokenize_with_offsets(ascii_texts)]
+    assert fast == [x.to_list() for x in tok._offsets_route(tf.constant(ascii_texts))]
+
+
+def test_unknown_words_keep_their_whole_span_on_both_routes():
+    tiny = Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "##s"])
+    texts = ["Hello worlds, xyz HELLOs!", "worlds\tqq hello", "Héllo xyz worlds"]
+    fast = [x.to_list() for x in tiny.tokenize_with_offsets(texts)]
+    assert fast == [x.to_list() for x in tiny._offsets_route(tf.constant(texts))]
+    assert [rows[0] for rows in fast] == [[5, 6, 7, 1, 1, 5, 7, 1], [0, 6, 11, 12, 14, 18, 23, 24],
+                                          [5, 11, 12, 13, 17, 23, 24, 25]]
+
+
 def test_byte_and_char_offsets(tok):
     text = "Ünïcödé wörds 東京"
     ids, starts, ends = tok.tokenize_with_offsets([text])
