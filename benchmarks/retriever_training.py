@@ -340,8 +340,7 @@ def rerank_part(args, pairs, sub, top, first_stage, similarities):
     reranked MRR@10. Scores are kept in OUTPUT/rerank_scores.npz."""
     from kbert.checkpoint_format import resolve
     from kbert.models import BertBiEncoder, BertReranker
-    from kbert.retrieval.fusion import fuse
-    from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT  # fixed, not tuned on held-out data
+    from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT, fused_rows  # weight fixed, not tuned
     from kbert.retrieval.training import mine_negatives, reranker_scores, train_reranker
     rows = []
     init = resolve(args.rerank_init)
@@ -380,8 +379,7 @@ def rerank_part(args, pairs, sub, top, first_stage, similarities):
         return scores_of(np.take_along_axis(top, np.argsort(-scores, 1, kind="stable"), 1), sub)
     alone = ranked_by(log_odds)
     rows.append((name, alone, seconds))
-    with_first = ranked_by(np.stack([fuse(f, r, FIRST_STAGE_WEIGHT)
-                                     for f, r in zip(first, log_odds)]))
+    with_first = ranked_by(fused_rows(first, log_odds))
     rows.append((f"  the same, fused with the first stage ({FIRST_STAGE_WEIGHT} x min-max "
                  f"cosine + {1 - FIRST_STAGE_WEIGHT:g} x min-max log-odds)", with_first, ""))
     rows += rerank_hybrid(model, sub, similarities, top, log_odds)
@@ -393,7 +391,7 @@ def rerank_hybrid(model, sub, similarities, top, log_odds):
     reranked, fused with the hybrid's scores (pairs already scored are not scored again)."""
     from kbert.retrieval import fusion
     from kbert.retrieval.lexical import BM25
-    from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT
+    from kbert.retrieval.rerank import fused_rows
     depth = top.shape[1]
     rows, fused = fusion.hybrid(fusion.top_rows(similarities, 100),
                                 lambda i, r: similarities[i, r],
@@ -407,8 +405,7 @@ def rerank_hybrid(model, sub, similarities, top, log_odds):
                                           batch_size=64, verbose=0), np.float64)
         known.update(zip(missing, logits[:, 1] - logits[:, 0]))
     odds = np.array([[known[(i, int(r))] for r in rows[i]] for i in range(len(rows))])
-    order = np.argsort(-np.stack([fusion.fuse(f, o, FIRST_STAGE_WEIGHT)
-                                  for f, o in zip(fused, odds)]), 1, kind="stable")
+    order = np.argsort(-fused_rows(fused, odds), 1, kind="stable")
     return [(f"first stage + BM25 hybrid (dense weight 0.6), top {depth} ({len(missing)} more "
              f"pairs reranked)", scores_of(rows, sub), ""),
             ("  reranked, fused with the hybrid's scores",

@@ -168,7 +168,7 @@ def evaluate_rerank(model: Bert, path: str, candidates: int = 20, batch_size: in
     by the reranker's log-odds fused with BM25's scores (`kbert.retrieval.rerank`)."""
     from kbert.retrieval import fusion
     from kbert.retrieval.lexical import BM25
-    from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT, pair_scores, scorer
+    from kbert.retrieval.rerank import fused_rows, pair_scores, scorer
     scorer(model)                                   # a clear error before any work
     data = read_data(path)
     if max_queries:
@@ -181,7 +181,6 @@ def evaluate_rerank(model: Bert, path: str, candidates: int = 20, batch_size: in
                                     log_odds=fuse))
     scores = scores.reshape(len(data.queries), -1)
     if fuse:
-        scores = np.stack([fusion.fuse(lex[rows], s, FIRST_STAGE_WEIGHT)
-                           for lex, rows, s in zip(lexical, first, scores)])
+        scores = fused_rows(np.take_along_axis(lexical, first, 1), scores)
     order = np.argsort(-scores, axis=1, kind="stable")
     return score(np.take_along_axis(first, order, 1).tolist(), data.relevant)

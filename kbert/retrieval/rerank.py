@@ -27,6 +27,12 @@ if TYPE_CHECKING:   # type-only: the pipeline imports this package
 FIRST_STAGE_WEIGHT = 0.5   # the first stage's share of a fused order (fixed, not tuned)
 
 
+def fused_rows(first: np.ndarray, log_odds: np.ndarray) -> np.ndarray:
+    """Fused scores [q, k] of each query's k passages: `fuse` of the first stage's scores and
+    the reranker's log-odds, row by row, at `FIRST_STAGE_WEIGHT`."""
+    return np.stack([fuse(f, r, FIRST_STAGE_WEIGHT) for f, r in zip(first, log_odds)])
+
+
 def scorer(model: Bert) -> str:
     """The head `rerank` scores with: 'classifier' where present, else 'nsp'."""
     from kbert.checkpoint_format import MissingHeadError  # Keras is loaded with the model
