@@ -42,6 +42,8 @@ import warnings
 
 import numpy as np
 
+from kbert.runtime.graphs import openvino_core
+
 MAX_PASSAGE_TOKENS = 256
 
 
@@ -398,7 +400,8 @@ class OpenVino(Peer):
                 warnings.simplefilter("ignore")
                 model = openvino.convert_model(_Forward.load(kind, self.dirs[kind]),
                                                example_input=_example(self.tokenizer))
-            self._forwards[key] = openvino.Core().compile_model(model, "CPU", self.config)
+            # One Core for the process, as kbert's engines keep (kbert.runtime.graphs).
+            self._forwards[key] = openvino_core().compile_model(model, "CPU", self.config)
         return self._forwards[key]
 
     def _forward(self, kind):

@@ -102,8 +102,7 @@ class GraphRunner:
 
 
 def _openvino_session(path, dtype, threads):
-    import openvino as ov
-    core = ov.Core()
+    core = graphs.openvino_core()
     config = {"PERFORMANCE_HINT": "LATENCY"}
     if OPENVINO_PRECISION[dtype]:
         config["INFERENCE_PRECISION_HINT"] = OPENVINO_PRECISION[dtype]

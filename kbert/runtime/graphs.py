@@ -19,6 +19,7 @@ content, so each is made once per machine. Writes are atomic (a temporary name, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -131,12 +132,26 @@ def convert_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind, fmt:
     return path
 
 
+@functools.cache
+def openvino_core() -> Any:
+    """The process's one `openvino.Core`, never destroyed.
+
+    OpenVINO's CPU plugin gives the thread that compiles a model an alternate signal stack of
+    its own and, when that Core's plugin is destroyed, puts back the stack it found and unmaps
+    its own. Cores destroyed in another order than they were made leave the thread on an
+    unmapped stack, and the next signal the thread handles (Ctrl-C, SIGTERM: CPython handles
+    them on the alternate stack) ends the process with a segmentation fault. One Core makes one
+    plugin."""
+    import openvino as ov
+    return ov.Core()
+
+
 def _keep_first_output(path):
     """Drops the results OpenVINO's TensorFlow reader adds for values the pass computes but
     does not return (shape scalars, the pooler of a pass that reads the sequence): the pass's
     own output is the first."""
     import openvino as ov
-    model = ov.Core().read_model(path)
+    model = openvino_core().read_model(path)
     if len(model.outputs) > 1:
         model = ov.Model([model.output(0)], model.get_parameters(), model.get_friendly_name())
         os.remove(path)
@@ -177,7 +192,7 @@ def quantize(fmt: str, source: str, target: str) -> str:
     folder = os.path.dirname(target)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         out = os.path.join(tmp, os.path.basename(target))
-        model = nncf.compress_weights(ov.Core().read_model(source),
+        model = nncf.compress_weights(openvino_core().read_model(source),
                                       mode=nncf.CompressWeightsMode.INT8_ASYM)
         ov.save_model(model, out, compress_to_fp16=False)
         for name in sorted(os.listdir(tmp), key=lambda n: n.endswith(".xml")):

@@ -6,6 +6,8 @@ the other backends), so the tests that make them run on every backend."""
 
 import json
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -91,6 +93,32 @@ def test_every_method_gives_the_keras_results_through_the_runtime(every_head, ru
     loaded = m.trace_count
     m.embed(TEXTS[:1] * 5, pooling="mean")
     assert m.trace_count == loaded
+
+
+_SIGNAL_AFTER_OPENVINO = """
+import gc, os, signal, sys
+import kbert
+first = kbert.load(sys.argv[1], runtime="openvino")
+first.fill_mask(["the [MASK] sat"]), first.embed(["a b"])
+second = kbert.load(sys.argv[1], runtime="openvino")
+second.embed(["a"])
+del first, second
+gc.collect()
+handled = []
+signal.signal(signal.SIGINT, lambda *_: handled.append(1))
+os.kill(os.getpid(), signal.SIGINT)
+print("handled" if handled else "missed")
+"""
+
+
+def test_a_signal_after_openvino_models_are_freed_is_handled(every_head):
+    """OpenVINO's CPU plugin swaps the compiling thread's alternate signal stack per Core; Cores
+    freed out of order left it unmapped and the next Ctrl-C a segmentation fault. One Core."""
+    pytest.importorskip("openvino")
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_AFTER_OPENVINO, every_head],
+                          capture_output=True, text=True, timeout=600)
+    assert (done.returncode, done.stdout.strip().splitlines()[-1:]) == (0, ["handled"]), \
+        done.stderr[-2000:]
 
 
 def test_onnx_graphs_take_the_forms_onnx_runtime_fuses(every_head, tmp_path):
