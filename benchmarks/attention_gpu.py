@@ -2,7 +2,8 @@
 
 BERT-base (12 layers, H 768, 12 heads) at batch x length 256x128 and 64x512, in `mixed_bfloat16`
 on a GPU (float32 on CPU), rows padded at the end to lengths drawn from [T/2, T]. Three columns:
-  fused             attention_dropout=0: `_jax_fused_attention` (cuDNN flash attention on a GPU;
+  fused             attention_dropout=0: `kbert.attention.jax_fused_attention` (cuDNN flash
+                    attention on a GPU;
                     where cuDNN cannot run, the layer's explicit path, as in the next column)
   explicit          the same model through the explicit path (`output_attentions=True`)
   explicit+dropout  attention_dropout=0.1, training: the explicit path with its dropout
@@ -27,7 +28,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import kbert  # noqa: E402
-from kbert.layers import _jax_fused  # noqa: E402
+from kbert.attention import jax_fused  # noqa: E402
 
 VARIANTS = {"fused": (0.0, False), "explicit": (0.0, True), "explicit+dropout": (0.1, False)}
 
@@ -81,7 +82,7 @@ def main(argv=None):
         args.shapes, args.warmup, args.steps = ["2x16"], 1, 1
     dtype = keras.mixed_precision.dtype_policy().compute_dtype
     head_size = config.hidden_size // config.num_heads
-    fused = _jax_fused(jnp.zeros((1, 1, 1, head_size), dtype))
+    fused = jax_fused(jnp.zeros((1, 1, 1, head_size), dtype))
     print(f"{jax.devices()[0].device_kind}, {dtype}, {config.num_layers} layers, "
           f"H {config.hidden_size}, attention without dropout: "
           f"{'cuDNN fused' if fused else 'explicit (no cuDNN kernel here)'}")

@@ -27,17 +27,23 @@ ASCII texts (tab, newline and carriage return allowed) without a long run: there
 the whole normalization and keeps every byte in place, so `FastWordpieceTokenizer`'s offsets are
 the original's (the ~1.1 ms of a QA request's tokenization becomes ~0.3 ms). Graph-mode calls
 (exported models) keep the offsets route, built only from the ops above.
+
+A small request (a few short texts: one query, one QA pair) is tokenized by HF `tokenizers`'
+BERT pipeline (Rust) on the same vocabulary where that package is installed: ~20 µs a question
+where a TensorFlow call costs ~0.3 ms, and ~0.1 ms a paragraph with offsets where the offsets
+route takes ~0.5 ms; TensorFlow's batched routes are faster from about eight texts on. Every
+route gives the same ids and offsets (tests hold each to HF's); a text with a literal `[MASK]`
+stays on TensorFlow.
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from kbert.config import SPECIAL_TOKENS, read_vocab, write_vocab  # noqa: F401  (re-exported)
 from kbert.hints import Tensor
@@ -59,6 +65,7 @@ _LONG_RUN = r"(?s).*[^ ]{%d,}.*" % (MAX_CHARS_PER_WORD + 1)
 _PRINTABLE_ASCII = r"[\t\n\r\x20-\x7e]*"    # nothing to normalize but the case
 _TEXTS = tf.TensorSpec([None], tf.string)
 _FEW = 16
+_SMALL_TEXTS, _SMALL_CHARS = 8, 3000   # at most: a request for the Rust tokenizer
 
 
 def _byte_length(strings):
@@ -100,10 +107,32 @@ def char_offsets(text: str, starts: Iterable[int],
     >>> char_offsets("héllo wörld", [0, 7], [6, 13])
     ([0, 6], [5, 11])
     """
-    data = text.encode("utf-8")
-    # char_at[b] = index of the character that byte b belongs to; char_at[len] = len(text)
-    char_at = np.cumsum([(byte & 0xC0) != 0x80 for byte in data] + [True]) - 1
-    return ([int(char_at[s]) for s in starts], [int(char_at[e]) for e in ends])
+    char_at = char_index(text)
+    return (char_at[np.asarray(starts, np.int64)].tolist(),
+            char_at[np.asarray(ends, np.int64)].tolist())
+
+
+def char_index(text: str) -> np.ndarray:
+    """char_at[b]: the character that byte b of `text`'s UTF-8 belongs to; char_at[len] =
+    len(text)."""
+    data = np.frombuffer(text.encode("utf-8"), np.uint8)
+    return np.concatenate([np.cumsum((data & 0xC0) != 0x80) - 1, [len(text)]]).astype(np.int64)
+
+
+def _rust_wordpiece(vocab: Sequence[str], lower_case: bool) -> Any:
+    """HF `tokenizers`' BERT pipeline over `vocab` (what `BertWordPieceTokenizer` builds), or
+    None where the package is not installed."""
+    try:
+        from tokenizers import Tokenizer as RustTokenizer
+        from tokenizers import models, normalizers, pre_tokenizers
+    except ImportError:
+        return None
+    rust = RustTokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]",
+                                          max_input_chars_per_word=MAX_CHARS_PER_WORD))
+    rust.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                 strip_accents=None, lowercase=lower_case)
+    rust.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return rust
 
 
 def _normalize_chars(chars, lower_case):
@@ -160,52 +189,6 @@ def basic_tokenize(texts: Tensor | Sequence[str], lower_case: bool = True) -> Te
     return tf.ragged.boolean_mask(words, tf.strings.length(words) > 0)
 
 
-def build_vocab(texts: Iterable[str], vocab_size: int, lower_case: bool = True,
-                num_unused: int = 99) -> list[str]:
-    """Learn a WordPiece vocabulary (tensorflow-text's learner) from an iterable of texts.
-
-    The layout is BERT's: `[PAD]` = 0, then `num_unused` `[unusedN]` slots (free ids for tokens
-    added later), then `[UNK] [CLS] [SEP] [MASK]`, then the learned tokens. With 99 unused slots
-    the special ids are those of the original vocabularies (0, 100, 101, 102, 103). Texts are
-    read in batches, so a generator over a large corpus is fine (`kbert build-vocab` passes the
-    sentences of `kbert.data.sentences.read_documents`).
-
-    >>> vocab = build_vocab(["the cat sat on the mat"] * 5, 30, num_unused=0)
-    >>> vocab[:5], "cat" in vocab
-    (['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'], True)
-    """
-    reserved = (["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)]
-                + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    if vocab_size <= len(reserved):
-        raise ValueError(f"vocab size {vocab_size} leaves no room after {len(reserved)} "
-                         "reserved tokens")
-    counts: collections.Counter[str] = collections.Counter()
-    batch = []
-
-    def count(batch):
-        counts.update(w.decode("utf-8") for w in
-                      basic_tokenize(batch, lower_case).flat_values.numpy())
-    for text in texts:
-        batch.append(text)
-        if len(batch) >= 4096:
-            count(batch)
-            batch = []
-    if batch:
-        count(batch)
-    if not counts:
-        raise ValueError("no text to learn a vocabulary from")
-    # `vocab_size` is a maximum. The learner always keeps every character it allows (as "c" and
-    # "##c", listed before the learned pieces, which come by count): allow no more characters
-    # than fit, then cut the rarest learned pieces the learner's search let through.
-    budget = vocab_size - len(reserved)
-    vocab = learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
-                          max_input_tokens=-1, max_unique_chars=min(1000, max(1, budget // 2)))
-    if len(vocab) <= len(reserved):
-        raise ValueError(f"vocab size {vocab_size} leaves room for {budget} token(s) after the "
-                         f"{len(reserved)} reserved ones: too few for the text's characters")
-    return vocab[:vocab_size]
-
-
 class Tokenizer:
     """BERT's basic tokenization + WordPiece, as TensorFlow ops.
 
@@ -248,6 +231,7 @@ class Tokenizer:
         # Concrete functions with flat outputs: a call on one short text costs ~0.2 ms, where
         # a tf.function returning RaggedTensors spends ~1 ms packing and checking its structure.
         self._fast_ids = self._fast_offsets = None
+        self._rust = None                  # built on the first small request; False: none
         if self._fast_wordpiece is not None:
             self._fast_ids = tf.function(self._ids_and_long_runs,
                                          input_signature=[_TEXTS]).get_concrete_function()
@@ -377,6 +361,14 @@ class Tokenizer:
         """Python strings → one (ids, starts, ends) of lists each, offsets in characters."""
         if not texts:
             return []
+        rust = self._small_request(texts)
+        if rust:
+            out = []
+            for text in texts:
+                encoding = rust.encode(text, add_special_tokens=False)
+                spans = encoding.offsets
+                out.append((encoding.ids, [a for a, _ in spans], [b for _, b in spans]))
+            return out
         ids, starts, ends = (_rows(x) for x in self.tokenize_with_offsets(list(texts)))
         out = []
         for text, i, s, e in zip(texts, ids, starts, ends):
@@ -392,6 +384,9 @@ class Tokenizer:
         texts = list(texts)
         if not texts:
             return []
+        rust = self._small_request(texts)
+        if rust:
+            return [rust.encode(text, add_special_tokens=False).ids for text in texts]
         if self._fast_ids is None or not all(
                 isinstance(t, str) and "[MASK]" not in t for t in texts):
             return [row.tolist() for row in _rows(self.tokenize(texts, mask_literal=True))]
@@ -404,6 +399,17 @@ class Tokenizer:
             for i, row in zip(long, exact):
                 rows[i] = row.tolist()
         return rows
+
+    def _small_request(self, texts: Sequence[str]) -> Any:
+        """The Rust tokenizer where `texts` are few and short strings without a literal
+        `[MASK]` and the vocabulary has no repeated token; else None."""
+        if (len(texts) > _SMALL_TEXTS or self._fast_wordpiece is None or self._rust is False
+                or not all(isinstance(t, str) and "[MASK]" not in t for t in texts)
+                or sum(len(t) for t in texts) > _SMALL_CHARS):
+            return None
+        if self._rust is None:
+            self._rust = _rust_wordpiece(self.vocab, self.lower_case) or False
+        return self._rust or None
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.vocab[i] if 0 <= i < len(self.vocab) else "[UNK]" for i in ids]

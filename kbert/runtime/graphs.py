@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from kbert.backbone import BertBackbone
 
 MANIFEST = "export.json"
-GRAPH_FORM = 2     # raised whenever the exported graphs change form (N-D MatMul, fused LayerNorm)
+GRAPH_FORM = 3     # raised whenever the exported graphs change form (N-D MatMul, LayerNorm, GELU)
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml"}
 
 
@@ -122,8 +122,8 @@ def convert_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind, fmt:
         if fmt == "openvino":
             _keep_first_output(out)
         else:
-            from kbert.runtime.onnx_rewrite import fuse_layer_norms
-            fuse_layer_norms(out)
+            from kbert.runtime.onnx_rewrite import fuse_for_onnx_runtime
+            fuse_for_onnx_runtime(out)
         for name in os.listdir(tmp):                    # the .xml last: readers look for it
             if not name.endswith(".xml"):
                 os.replace(os.path.join(tmp, name), os.path.join(folder, name))

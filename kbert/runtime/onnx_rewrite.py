@@ -1,4 +1,4 @@
-"""ONNX graphs rewritten so that ONNX Runtime fuses kbert's LayerNorms.
+"""ONNX graphs rewritten so that ONNX Runtime fuses kbert's LayerNorms and GELUs.
 
 tf2onnx (what Keras' `model.export(format="onnx")` runs on TensorFlow) writes each LayerNorm
 mean over the last axis of a [B, T, H] tensor as `GlobalAveragePool` and the square of the
@@ -8,6 +8,11 @@ encoder fused. The same operations in those forms fuse every one (one `LayerNorm
 kernel each): on MiniLM-L6, one core, 16 tokens, 6.1 -> 5.7 ms a call together with the N-D
 `MatMul` of `kbert.layers.Dense`'s graph form (docs/inference.md). Same values: a mean over the
 one spatial axis is the mean over the last axis, and x·x is x².
+
+The GELU, 0.5·x·(1 + erf(x·0.7071…)) in `kbert.layers.gelu`, fuses (`BiasGelu`, the bias
+add of the intermediate layer with it) once the scaling is written x / √2, the form
+`torch.onnx.export` writes for HF's GELU: identical outputs here, and 2% off a 8 x 200-token
+call on one core (485 -> 474 ms).
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
+INV_SQRT2 = 0.7071067811865476
 
-def fuse_layer_norms(path: str) -> int:
+
+def fuse_for_onnx_runtime(path: str) -> int:
     """Rewrites the ONNX file at `path` in place (atomically); returns the nodes rewritten."""
     import numpy as np
     import onnx
@@ -30,6 +37,7 @@ def fuse_layer_norms(path: str) -> int:
     rank = {v.name: len(v.type.tensor_type.shape.dim)
             for v in [*typed.value_info, *typed.input]
             if v.type.tensor_type.HasField("shape")}
+    constants = {t.name: t for t in graph.initializer}
     consumers: dict[str, list] = defaultdict(list)
     for node in graph.node:
         for name in node.input:
@@ -54,6 +62,14 @@ def fuse_layer_norms(path: str) -> int:
             node = helper.make_node("Pow", [node.input[0], two], list(node.output),
                                     name=node.name)
             rewritten += 1
+        elif (node.op_type == "Mul" and any(c.op_type == "Erf" for c in consumers[node.output[0]])
+              and _scalar(constants, node.input[1]) == np.float32(INV_SQRT2)):
+            sqrt2 = node.name + "/sqrt2"
+            graph.initializer.append(numpy_helper.from_array(np.array(2 ** 0.5, np.float32),
+                                                             sqrt2))
+            node = helper.make_node("Div", [node.input[0], sqrt2], list(node.output),
+                                    name=node.name)
+            rewritten += 1
         nodes.append(node)
     if rewritten:
         del graph.node[:]
@@ -65,4 +81,14 @@ def fuse_layer_norms(path: str) -> int:
     return rewritten
 
 
-__all__ = ["fuse_layer_norms"]
+def _scalar(constants, name):
+    """The value of a one-element float32 initializer `name`, else None."""
+    from onnx import numpy_helper
+    tensor = constants.get(name)
+    if tensor is None:
+        return None
+    value = numpy_helper.to_array(tensor)
+    return value.reshape(()) if value.size == 1 and value.dtype.name == "float32" else None
+
+
+__all__ = ["fuse_for_onnx_runtime"]

@@ -8,6 +8,7 @@ import pytest
 from helpers import uncased_tokenizer
 from kbert.finetune import metrics, squad
 from kbert.finetune.squad_postprocess import apply_null_threshold, postprocess, tune_null_threshold
+from kbert.tokenizer import char_index
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_windows_step_by_doc_stride(tokenizer):
     assert len(starts) == len(expected)
     # each window's first token is the doc token at k * doc_stride
     ids, s, _ = tokenizer.tokenize_with_offsets([context])
-    first_chars = [squad._char_index(context)[b] for b in np.asarray(s.to_list()[0])]
+    first_chars = [char_index(context)[b] for b in np.asarray(s.to_list()[0])]
     assert starts == [first_chars[k] for k in expected]
     # every context token is "max context" in exactly one window
     assert f.max_context.sum() == n

@@ -1,5 +1,5 @@
-"""Attention's two paths agree: the fused call (on JAX `_jax_fused_attention`, which the layer
-runs where cuDNN's kernel does and the tests force here with XLA's; elsewhere
+"""Attention's two paths agree: the fused call (on JAX `attention.jax_fused_attention`, which
+the layer runs where cuDNN's kernel does and the tests force here with XLA's; elsewhere
 `ops.dot_product_attention` with a mask) equals the explicit one that materialises the
 probabilities, forward and (on JAX) gradients, with padding and causal masks."""
 
@@ -13,7 +13,7 @@ import pytest
 from keras import ops
 
 from helpers import REPO
-from kbert import layers
+from kbert import attention, layers
 from kbert.layers import TransformerEncoderBlock
 
 pytestmark = pytest.mark.multibackend
@@ -27,7 +27,7 @@ NOT_SUFFIX = np.array([[1] * 9, [1, 0, 0] + [1] * 6, [1, 0] * 4 + [1]], "int32")
 @pytest.fixture(autouse=True)
 def fused_on_jax(monkeypatch):
     """The JAX fused call on this machine's device too (with XLA's kernel, not cuDNN's)."""
-    monkeypatch.setattr(layers, "_jax_fused", lambda q: True)
+    monkeypatch.setattr(attention, "jax_fused", lambda q: True)
 
 
 def _block(causal):
@@ -93,7 +93,7 @@ def test_low_precision_softmax_is_close_to_float32(dtype, atol):
     mask[0, ..., :3] = True                       # row 1: no real key at all
 
     def softmax(scores):
-        weights, total = layers.masked_exp(scores, mask)
+        weights, total = attention.masked_exp(scores, mask)
         assert keras.backend.standardize_dtype(total.dtype) == "float32"
         return weights, weights / ops.cast(total, weights.dtype)
     reference = ops.convert_to_numpy(softmax(ops.convert_to_tensor(scores))[1])
@@ -107,8 +107,8 @@ def test_low_precision_softmax_is_close_to_float32(dtype, atol):
 @pytest.mark.skipif(not JAX, reason="the fused JAX path")
 def test_attention_dropout_keeps_the_explicit_path(monkeypatch):
     calls = []
-    fused = layers._jax_fused_attention
-    monkeypatch.setattr(layers, "_jax_fused_attention",
+    fused = attention.jax_fused_attention
+    monkeypatch.setattr(attention, "jax_fused_attention",
                         lambda *a: calls.append(1) or fused(*a))
     x = np.ones((2, 4, 8), "float32")
     mask = np.ones((2, 4), "int32")
@@ -144,7 +144,7 @@ def test_cudnn_is_chosen_where_its_kernel_takes_the_inputs(monkeypatch, device, 
                                  client=types.SimpleNamespace(platform_version=version))
     monkeypatch.setattr(jax, "devices", lambda *a: [fake])
     q = jnp.zeros((1, 4, 2, head_size), dtype)
-    assert layers._jax_attention_implementation(q) == expected
+    assert attention.jax_attention_implementation(q) == expected
 
 
 @pytest.mark.skipif(not JAX, reason="a JAX benchmark")
@@ -176,8 +176,8 @@ def test_torch_attention_drops_probabilities_without_bias():
     q, k, v = (torch.tensor(rng.normal(size=(1, 6, 2, 4)), dtype=torch.float32)
                for _ in range(3))
     mask = torch.tensor(SUFFIX[1:2, :6].astype(bool))[:, None, None, :]
-    exact = layers._torch_attention(q, k, v, mask, 0.5, 0.0)
-    many = layers._torch_attention(*(t.expand(20000, -1, -1, -1) for t in (q, k, v)),
+    exact = attention.torch_attention(q, k, v, mask, 0.5, 0.0)
+    many = attention.torch_attention(*(t.expand(20000, -1, -1, -1) for t in (q, k, v)),
                                    mask.expand(20000, -1, -1, -1), 0.5, 0.3)
     assert not torch.allclose(many[0], exact[0], atol=1e-3)             # one draw: dropped
     np.testing.assert_allclose(many.mean(0).numpy(), exact[0].numpy(), rtol=0, atol=2e-2)

@@ -7,11 +7,12 @@ import time
 import pytest
 import tensorflow as tf
 
+import kbert.tokenizer as tokenizer_module
 from kbert.data.sentences import read_documents
+from kbert.data.vocab import build_vocab
 from kbert.tokenizer import (
     Tokenizer,
     basic_tokenize,
-    build_vocab,
     char_offsets,
     read_vocab,
     write_vocab,
@@ -59,17 +60,45 @@ def hf(vocab_path):
     return tokenizers.BertWordPieceTokenizer(vocab_path, lowercase=True)
 
 
+@pytest.fixture(params=["tensorflow", "rust"])
+def route(request, monkeypatch):
+    """Small requests go to the Rust tokenizer where `tokenizers` is installed; "tensorflow"
+    sends them through TensorFlow's routes, as a large batch goes."""
+    if request.param == "rust":
+        pytest.importorskip("tokenizers")
+    else:
+        monkeypatch.setattr(tokenizer_module, "_SMALL_TEXTS", 0)
+    return request.param
+
+
 def test_special_ids_of_the_standard_vocab(tok):
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 100, 101, 102, 103)
     assert tok.vocab_size == 30522
 
 
 @pytest.mark.parametrize("text", HARD_CASES)
-def test_hard_cases_ids_and_offsets_equal_hf(tok, hf, text):
+def test_hard_cases_ids_and_offsets_equal_hf(tok, hf, text, route):
     expected = hf.encode(text, add_special_tokens=False)
     ids, starts, ends = tok.tokenize_with_char_offsets(text)
     assert ids == expected.ids, (tok.convert_ids_to_tokens(ids), expected.tokens)
     assert list(zip(starts, ends)) == expected.offsets
+    assert tok.encode(text) == expected.ids
+
+
+def test_a_small_request_takes_the_rust_tokenizer_and_a_large_one_tensorflow(tok, monkeypatch):
+    pytest.importorskip("tokenizers")
+    calls = []
+    monkeypatch.setattr(tok, "_fast_ids", lambda texts: calls.append(len(texts)) or
+                        type(tok)._ids_and_long_runs(tok, texts))
+    question = "Which NFL team represented the AFC at Super Bowl 50?"
+    want = tok.tokenize([question]).to_list()[0]
+    calls.clear()
+    assert tok.encode_batch([question] * 8) == [want] * 8
+    assert calls == []                               # eight short texts: Rust
+    tok.encode_batch([question] * 9)
+    tok.encode_batch(["word " * 700])                # 3,500 characters
+    assert calls == [9, 1]
+    assert tok.encode_batch(["a [MASK] b"]) == [[1037, tok.mask_id, 1038]]   # TensorFlow
 
 
 def test_hard_cases_equal_transformers_fast(tok, vocab_path):
@@ -86,7 +115,7 @@ def test_mask_literal(tok, hf):
     assert tok.mask_id not in tok.tokenize([SPECIAL_LITERALS]).to_list()[0]
 
 
-def test_encode_batch_fast_and_offsets_routes_equal_hf(tok, hf):
+def test_encode_batch_fast_and_offsets_routes_equal_hf(tok, hf, route):
     """Without a literal [MASK] in the batch, `encode_batch` takes the ids-only route (a text
     with a long run goes the offsets route alone); with one, the whole batch goes the offsets
     route. Every row is HF's either way."""
@@ -107,14 +136,15 @@ ASCII_CASES = [
 ]
 
 
-def test_offsets_fast_and_offsets_routes_equal_hf(tok, hf):
+def test_offsets_fast_and_offsets_routes_equal_hf(tok, hf, route):
     """Offsets called eagerly: printable ASCII texts take FastWordpiece's offsets (lower-casing
     keeps every byte in place), the others and long runs the offsets route; a mixed batch comes
-    back in input order. Every row is HF's either way."""
+    back in input order; a small request the Rust tokenizer. Every row is HF's either way."""
     texts = [*ASCII_CASES, *HARD_CASES, *ASCII_CASES[:2]]
-    for text, (ids, starts, ends) in zip(texts, tok.batch_tokenize_with_char_offsets(texts)):
-        want = hf.encode(text, add_special_tokens=False)
-        assert ids == want.ids and list(zip(starts, ends)) == want.offsets, text
+    for batch in (texts, texts[:2], texts[6:9], texts[-3:]):
+        for text, (ids, starts, ends) in zip(batch, tok.batch_tokenize_with_char_offsets(batch)):
+            want = hf.encode(text, add_special_tokens=False)
+            assert ids == want.ids and list(zip(starts, ends)) == want.offsets, text
     ascii_texts = [*ASCII_CASES, SPECIAL_LITERALS]    # "[MASK]" is text unless mask_literal
     fast = [x.to_list() for x in tok.tokenize_with_offsets(ascii_texts)]
     assert fast == [x.to_list() for x in tok._offsets_route(tf.constant(ascii_texts))]

@@ -123,7 +123,8 @@ def test_a_signal_after_openvino_models_are_freed_is_handled(every_head):
 
 def test_onnx_graphs_take_the_forms_onnx_runtime_fuses(every_head, tmp_path):
     """No `GlobalAveragePool` means left from tf2onnx, no reshapes around the products, and
-    ONNX Runtime fuses every LayerNorm (2 a layer + the embeddings')."""
+    ONNX Runtime fuses every LayerNorm (2 a layer + the embeddings') and every GELU with its
+    bias (`BiasGelu`, one a layer)."""
     ort = pytest.importorskip("onnxruntime")
     onnx = pytest.importorskip("onnx")
     from collections import Counter
@@ -136,7 +137,9 @@ def test_onnx_graphs_take_the_forms_onnx_runtime_fuses(every_head, tmp_path):
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     ran = Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)
-    assert ran["LayerNormalization"] == 2 * BertConfig.preset("tiny").num_layers + 1, ran
+    layers = BertConfig.preset("tiny").num_layers
+    assert ran["LayerNormalization"] == 2 * layers + 1, ran
+    assert ran["BiasGelu"] == layers and ran["Erf"] == 0, ran
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
