@@ -74,11 +74,27 @@ def fuse_for_onnx_runtime(path: str) -> int:
     if rewritten:
         del graph.node[:]
         graph.node.extend(nodes)
+        # The constants no node reads any more (the GELU's 0.7071): ONNX Runtime would warn.
+        used = _read(nodes) | {o.name for o in graph.output}
+        kept = [t for t in graph.initializer if t.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
         onnx.checker.check_model(model)
         tmp = path + ".tmp"
         onnx.save(model, tmp)
         os.replace(tmp, path)
     return rewritten
+
+
+def _read(nodes) -> set[str]:
+    """The names `nodes` read, in their subgraphs (If, Loop bodies) too."""
+    names = set()
+    for node in nodes:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                names |= _read(body.node)
+    return names
 
 
 def _scalar(constants, name):
