@@ -358,7 +358,8 @@ class Tokenizer:
 
     def batch_tokenize_with_char_offsets(
             self, texts: Sequence[str]) -> list[tuple[list[int], list[int], list[int]]]:
-        """Python strings → one (ids, starts, ends) of lists each, offsets in characters."""
+        """Python strings → one (ids, starts, ends) of lists each, offsets in characters (a
+        small request: the Rust tokenizer, whose offsets are characters already)."""
         if not texts:
             return []
         rust = self._small_request(texts)
@@ -380,7 +381,8 @@ class Tokenizer:
         return self.encode_batch([text])[0]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Strings → one Python list of ids each (one graph call for the whole list)."""
+        """Strings → one Python list of ids each: one graph call for the whole list, or the
+        Rust tokenizer for a small request (see the module docstring)."""
         texts = list(texts)
         if not texts:
             return []
