@@ -332,8 +332,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
                                          first_token_only)
         if first_token_only:
             x = x[:, :1]                                                       # [B, 1, H]
-        attention = self.dropout(self.attention_output(context), training=training)
-        x = self.attention_layer_norm(x + attention)
+        attended = self.dropout(self.attention_output(context), training=training)
+        x = self.attention_layer_norm(x + attended)
         ffn = self.dropout(self.output_dense(self.intermediate(x)), training=training)
         x = self.output_layer_norm(x + ffn)
         return (x, probs) if return_attention else x

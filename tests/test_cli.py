@@ -90,18 +90,18 @@ def test_output_that_is_a_file_is_refused(tmp_path, capsys, corpus):
 def test_permission_and_tensorflow_errors_are_one_line(tmp_path, capsys, corpus, monkeypatch):
     import tensorflow as tf
 
-    from kbert import tokenizer
+    from kbert import config
     out = str(tmp_path / "vocab.txt")
 
     def denied(vocab, path):
         raise PermissionError(13, "Permission denied", path)
-    monkeypatch.setattr(tokenizer, "write_vocab", denied)
+    monkeypatch.setattr(config, "write_vocab", denied)
     err = _error(capsys, "build-vocab", "--input", corpus, "--vocab-size", "150", "--output", out)
     assert err == f"kbert build-vocab: error: {out}: Permission denied"
 
     def tf_denied(vocab, path):
         raise tf.errors.PermissionDeniedError(None, None, f"{path}; Permission denied")
-    monkeypatch.setattr(tokenizer, "write_vocab", tf_denied)
+    monkeypatch.setattr(config, "write_vocab", tf_denied)
     err = _error(capsys, "build-vocab", "--input", corpus, "--vocab-size", "150", "--output", out)
     assert err == f"kbert build-vocab: error: {out}; Permission denied"
 

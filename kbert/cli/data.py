@@ -1,5 +1,4 @@
-"""`kbert build-vocab`, `create-pretraining-data` and `data-service`: `kbert.data` (and
-`kbert.tokenizer`)."""
+"""`kbert build-vocab`, `create-pretraining-data` and `data-service`: `kbert.data`."""
 
 from __future__ import annotations
 
@@ -23,15 +22,15 @@ def add_build_vocab(sub: argparse._SubParsersAction) -> None:
 
 
 def run_build_vocab(args: argparse.Namespace) -> None:
-    from kbert import tokenizer
+    from kbert.config import write_vocab
     from kbert.data.sentences import read_documents
     from kbert.data.vocab import build_vocab
     check_output_file(args.output)
     sentences = (s for document in read_documents(args.input, args.input_format)
                  for s in document)
     vocab = build_vocab(sentences, args.vocab_size, lower_case=not args.cased,
-                                  num_unused=args.num_unused)
-    tokenizer.write_vocab(vocab, args.output)
+                        num_unused=args.num_unused)
+    write_vocab(vocab, args.output)
     print(f"wrote {args.output}: {len(vocab)} tokens (--vocab-size {args.vocab_size} is the most)")
 
 
