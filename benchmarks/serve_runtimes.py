@@ -104,9 +104,10 @@ for runtime in runtimes:
 
 
 def make_graphs(paths):
-    """Makes kbert's OpenVINO and ONNX graphs of both checkpoints in a child process (a no-op
-    where the cache has them): making one on TensorFlow peaks at ~9.5 GB, and a timing process
-    that had made them ran some peers slower after (OpenVINO's fill_mask ~1.7x)."""
+    """Makes kbert's OpenVINO and ONNX graphs of both checkpoints, and their int8 copies, in a
+    child process before timing (a no-op where the cache has them): NNCF quantizes in the
+    process that asks, and a timing process that had made graphs ran some peers slower after
+    (OpenVINO's fill_mask ~1.7x)."""
     import subprocess
     import sys
     start = time.perf_counter()

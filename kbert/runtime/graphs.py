@@ -2,9 +2,9 @@
 
 A pass (`kbert.runtime.passes`) becomes a graph through Keras' own `model.export(format="onnx"
 | "openvino")` on the TensorFlow backend, with every batch and length dynamic (one graph runs
-any shape). Keras' exporters fix every size to 1 on PyTorch and export static shapes on JAX, so
-on those backends the graphs are made by the same code in a child process on TensorFlow (which
-kbert's tokenizer needs anyway), from the checkpoint directory.
+any shape). Keras' exporters fix every size to 1 on PyTorch and export static shapes on JAX, and
+the converters peak at gigabytes, so the graphs are made in a child process on TensorFlow (which
+kbert's tokenizer needs anyway) from the checkpoint directory, whatever the caller's backend.
 
 An export directory is a checkpoint directory (config.json, vocab.txt, weights) plus:
 
@@ -160,18 +160,16 @@ def _keep_first_output(path):
 
 
 def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: str) -> None:
-    """Makes the passes of the checkpoint `directory` into `folder`: in this process on
-    TensorFlow, else in a child process on TensorFlow (same code, same graphs)."""
-    import keras
-    if keras.backend.backend() == "tensorflow":
-        from kbert import checkpoint
-        ckpt = checkpoint.load(directory)
-        for kind in kinds:
-            convert_pass(ckpt.backbone, ckpt.heads, kind, fmt, graph_path(folder, kind, fmt))
-        return
+    """Makes the passes of the checkpoint `directory` into `folder`, in a child process on
+    TensorFlow whatever this process's backend.
+
+    tf2onnx and TensorFlow's graph tools peak at 6-11 GB for one MiniLM pass (tf2onnx copies
+    its graph for each optimizer) and a process that made them keeps gigabytes it no longer
+    uses; a child gives all of it back, so a serving process stays at its model's size."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=path)   # this same kbert
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     command = [sys.executable, "-m", "kbert.runtime.graphs", directory, folder, fmt,
                *[kind_name(k) for k in kinds]]
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -179,6 +177,17 @@ def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: 
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise ExportError(f"making the {fmt} graphs on TensorFlow failed: {last}")
+
+
+def _convert_here(directory, folder, kinds, fmt):
+    """The child process's work: each pass of the checkpoint through `convert_pass`."""
+    import gc
+
+    from kbert import checkpoint
+    ckpt = checkpoint.load(directory)
+    for kind in kinds:
+        convert_pass(ckpt.backbone, ckpt.heads, kind, fmt, graph_path(folder, kind, fmt))
+        gc.collect()                # the last pass's converter garbage, before the next peak
 
 
 def quantize(fmt: str, source: str, target: str) -> str:
@@ -293,7 +302,7 @@ def _main(argv):
     """`python -m kbert.runtime.graphs CKPT FOLDER FORMAT KIND...` (the child process of
     `convert_checkpoint`)."""
     directory, folder, fmt, *names = argv
-    convert_checkpoint(directory, folder, [parse_kind(n) for n in names], fmt)
+    _convert_here(directory, folder, [parse_kind(n) for n in names], fmt)
 
 
 if __name__ == "__main__":

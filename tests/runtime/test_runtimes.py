@@ -1,9 +1,10 @@
 """Runtimes and precisions: every `kbert.load` method gives the Keras float32 results through
 OpenVINO and ONNX Runtime (exported graphs), and within bfloat16's tolerance in bfloat16.
 
-The float32 Keras path is the reference. Graphs are made on TensorFlow (in a child process on
-the other backends), so the tests that make them run on every backend."""
+The float32 Keras path is the reference. Graphs are made in a child process on TensorFlow, so
+the tests that make them run on every backend."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -39,6 +40,11 @@ def every_head(tmp_path_factory):
     heads = {name: checkpoint.make_head(name, backbone, opts) for name, opts in options.items()}
     path = checkpoint.save(root / "every-head", backbone=backbone, heads=heads,
                            vocab=tiny_vocab(size=120), head_options=options)
+    # Every pass `_results` runs, made up front: one child process a format, not one a pass.
+    kinds = [*graphs.default_kinds(options), ("hidden", (0, backbone.config.num_layers))]
+    for fmt, package in [("openvino", "openvino"), ("onnx", "onnxruntime")]:
+        if importlib.util.find_spec(package):
+            graphs.convert_checkpoint(str(path), graphs.cache_dir(str(path), fmt), kinds, fmt)
     yield str(path)
     os.environ.pop("KBERT_CACHE", None)
 
@@ -119,6 +125,18 @@ def test_a_signal_after_openvino_models_are_freed_is_handled(every_head):
                           capture_output=True, text=True, timeout=600)
     assert (done.returncode, done.stdout.strip().splitlines()[-1:]) == (0, ["handled"]), \
         done.stderr[-2000:]
+
+
+def test_graphs_are_made_in_a_child_process(every_head, tmp_path, monkeypatch):
+    """tf2onnx peaks at gigabytes and a process that converted keeps them: the caller's process
+    never converts, whatever its backend."""
+    pytest.importorskip("onnxruntime")
+
+    def here(*args):
+        raise AssertionError("converted in the calling process")
+    monkeypatch.setattr(graphs, "convert_pass", here)
+    graphs.convert_checkpoint(every_head, str(tmp_path), ["embed"], "onnx")
+    assert os.listdir(tmp_path) == ["embed.onnx"]
 
 
 def test_onnx_graphs_take_the_forms_onnx_runtime_fuses(every_head, tmp_path):
@@ -247,7 +265,6 @@ def test_auto_and_refused_combinations(monkeypatch):
 
 
 def test_a_missing_runtime_package_is_one_line(monkeypatch):
-    import importlib.util
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "openvino" else real(name, *a))
