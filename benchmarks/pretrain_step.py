@@ -2,13 +2,18 @@
 
 kbert on each Keras backend, HF `BertForPreTraining` (PyTorch) and keras-hub `BertMaskedLM`, each
 in its own process, on the same shapes (batch 32, 128 tokens, 20 predictions, vocab 30,522).
-On a GPU every implementation runs in bfloat16 (kbert: `mixed_bfloat16` + XLA on TF/JAX).
+Each runs in float32 and in bfloat16 (`benchmarks/precisions.py`: bfloat16 where the CPU has
+AMX or avx512_bf16, and every row on a GPU): kbert as `kbert pretrain --mixed-precision
+mixed_bfloat16` builds it (`BertPretrainer(dtype="mixed_bfloat16")`: float32 weights, bfloat16
+products), keras-hub under the global `mixed_bfloat16` policy, HF under `torch.autocast`
+bfloat16 (its one-line switch).
 kbert and keras-hub compile the step as `kbert pretrain --jit-compile auto` does, Keras' choice:
 XLA on JAX and on a TensorFlow GPU, none on a CPU-only TensorFlow (where XLA is faster on some
 CPUs and slower on others: the `xla` variant adds a kbert/tensorflow row with it).
 
-MFU = achieved FLOP/s ÷ a matmul peak measured in this run (the best of float32 numpy and torch
-matmuls on CPU, bf16 torch on GPU). FLOPs per step, the 6·params·tokens rule, counted as:
+MFU = achieved FLOP/s ÷ a matmul peak measured in this run: float32 (the best of numpy and
+torch on a CPU) and, where bfloat16 rows run, bfloat16 (torch); every row is shown against both,
+so the distance to each limit shows. FLOPs per step, the 6·params·tokens rule, counted as:
     6 · (encoder matmul weights, without embeddings) · B·T     dense layers
   + 6 · (H·V) · B·P                                            tied MLM decoder, P positions
   + 12 · L · T · H · B·T                                       attention scores + context
@@ -21,6 +26,8 @@ work that this count does not credit.)
         --shapes 256x128x20 64x512x80 --variants attention-dropout-0 compile     # a GPU
     python benchmarks/pretrain_step.py --configs mini --backends tensorflow --skip hf keras-hub \\
         --variants xla                         # a CPU: the step `kbert pretrain` runs, and XLA's
+    python benchmarks/pretrain_step.py --configs mini --backends tensorflow torch --skip keras-hub
+                                               # the bfloat16 floors (a CPU with AMX/avx512_bf16)
 """
 
 import argparse
@@ -31,6 +38,7 @@ import sys
 import time
 
 import numpy as np
+from precisions import PRECISIONS, bf16_floors, cpu_line, default_precisions, label, print_floors
 
 SHAPES = {"mini": (4, 256, 4), "base": (12, 768, 12)}
 # extra kbert rows, their backend
@@ -104,7 +112,8 @@ def _gpu():
         return False
 
 
-def run_kbert(config, batch, seq, preds, warmup, steps, variant="", profile=False):
+def run_kbert(config, batch, seq, preds, warmup, steps, variant="", profile=False,
+              precision="float32"):
     """variant "attention-dropout-0": attention_dropout=0 (on JAX + GPU: cuDNN's fused
     attention; with dropout the explicit path runs); "compile": jit_compile=True on PyTorch
     (torch.compile, what `kbert pretrain --jit-compile auto` does on CUDA); "xla":
@@ -113,14 +122,11 @@ def run_kbert(config, batch, seq, preds, warmup, steps, variant="", profile=Fals
 
     import kbert
     from kbert.optimization import create_optimizer
-    gpu = _gpu()
-    if gpu:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
     layers, hidden, heads = SHAPES[config]
     cfg = kbert.BertConfig(num_layers=layers, hidden_size=hidden, num_heads=heads,
                            intermediate_size=4 * hidden,
                            attention_dropout=0.0 if variant == "attention-dropout-0" else 0.1)
-    model = kbert.BertPretrainer(cfg)
+    model = kbert.BertPretrainer(cfg, dtype="mixed_bfloat16" if precision == "bfloat16" else None)
     jit = "auto" if keras.backend.backend() != "torch" else variant == "compile"
     jit = True if variant == "xla" else jit
     model.compile(create_optimizer(total_steps=1000, warmup_steps=10), jit_compile=jit)
@@ -131,10 +137,10 @@ def run_kbert(config, batch, seq, preds, warmup, steps, variant="", profile=Fals
     return _time(lambda: model.train_on_batch(x, y, w), warmup, steps, profile)
 
 
-def run_keras_hub(config, batch, seq, preds, warmup, steps, profile=False):
+def run_keras_hub(config, batch, seq, preds, warmup, steps, profile=False, precision="float32"):
     import keras
     import keras_hub
-    if _gpu():
+    if precision == "bfloat16":
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     layers, hidden, heads = SHAPES[config]
     backbone = keras_hub.models.BertBackbone(
@@ -150,7 +156,7 @@ def run_keras_hub(config, batch, seq, preds, warmup, steps, profile=False):
     return _time(lambda: model.train_on_batch(x, f["masked_lm_ids"]), warmup, steps, profile)
 
 
-def run_hf(config, batch, seq, preds, warmup, steps, profile=False):
+def run_hf(config, batch, seq, preds, warmup, steps, profile=False, precision="float32"):
     import torch
     import transformers
     layers, hidden, heads = SHAPES[config]
@@ -166,7 +172,7 @@ def run_hf(config, batch, seq, preds, warmup, steps, profile=False):
         input_ids=f["input_ids"], token_type_ids=f["segment_ids"],
         attention_mask=f["input_mask"], labels=labels,
         next_sentence_label=f["next_sentence_labels"][:, 0]).items()}
-    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda")
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bfloat16")
 
     def step():
         with autocast:
@@ -180,10 +186,21 @@ def run_hf(config, batch, seq, preds, warmup, steps, profile=False):
     return _time(step, warmup, steps, profile)
 
 
-def matmul_peak(n=2048, repeats=5):
-    """FLOP/s of the best large matmul this machine does (float32 CPU, bf16 GPU)."""
+def matmul_peak(n=2048, repeats=5, precision="float32"):
+    """FLOP/s of the best large matmul this machine does: float32 or bfloat16 on a CPU,
+    bfloat16 on a GPU."""
     import torch
     best = 0.0
+    if precision == "bfloat16" and not torch.cuda.is_available():
+        size = 512                        # up to n while a product is quick (emulation is not)
+        while size < n and _seconds(torch.randn(size, size, dtype=torch.bfloat16)) < 0.05:
+            size *= 2
+        a, n = torch.randn(size, size, dtype=torch.bfloat16), size
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ a
+            best = max(best, 2 * n ** 3 / (time.perf_counter() - start))
+        return best
     if torch.cuda.is_available():
         a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
         for _ in range(repeats):
@@ -201,6 +218,12 @@ def matmul_peak(n=2048, repeats=5):
             mm()
             best = max(best, 2 * n ** 3 / (time.perf_counter() - start))
     return best
+
+
+def _seconds(a):
+    start = time.perf_counter()
+    a @ a
+    return time.perf_counter() - start
 
 
 def _shape(text):
@@ -224,6 +247,9 @@ def main():
     p.add_argument("--variants", nargs="*", default=[], choices=VARIANTS,
                    help="extra kbert rows: attention-dropout-0 (JAX), compile (PyTorch), "
                         "xla (TensorFlow)")
+    p.add_argument("--precisions", nargs="+", choices=PRECISIONS,
+                   help="default: float32, and bfloat16 where the CPU has AMX or avx512_bf16; "
+                        "bfloat16 only on a GPU")
     p.add_argument("--json", help="also write every row here")
     p.add_argument("--worker-timeout", type=float, help="seconds one implementation may take")
     p.add_argument("--profile", action="store_true",
@@ -233,75 +259,102 @@ def main():
     args = p.parse_args()
     shapes = args.shapes or [(args.batch, args.seq, args.preds)]
     if args.worker:
-        impl, config = args.worker.split(":")
+        impl, config, precision = args.worker.split(":")
         name, _, variant = impl.partition("+")
         run = {"kbert": run_kbert, "keras-hub": run_keras_hub, "hf": run_hf}[name]
         extra = {"variant": variant} if variant else {}
+        extra["precision"] = precision
         extra.update({"profile": True} if args.profile else {})
         for shape in shapes:
             seconds = run(config, *shape, args.warmup, args.steps, **extra)
             print("RESULT", json.dumps({"shape": list(shape), "seconds": seconds}), flush=True)
         return
 
-    peak = matmul_peak()
-    print(f"matmul peak measured: {peak / 1e9:.1f} GFLOP/s "
-          f"({'GPU bf16' if _gpu() else 'CPU float32'})", flush=True)
+    gpu = _gpu()
+    precisions = args.precisions or default_precisions(gpu)
+    print(cpu_line(gpu), flush=True)
+    peaks = {"float32": matmul_peak()} if not gpu else {}
+    if "bfloat16" in precisions:
+        peaks["bfloat16"] = matmul_peak(precision="bfloat16")
+    print("matmul peak measured: " + ", ".join(
+        f"{peak / 1e9:.1f} GFLOP/s {'GPU ' if gpu else 'CPU '}{precision}"
+        for precision, peak in peaks.items()), flush=True)
     jobs = [("kbert", b) for b in args.backends]
     jobs += [(f"kbert+{v}", VARIANTS[v]) for v in args.variants if VARIANTS[v] in args.backends]
     jobs += [] if "keras-hub" in args.skip else [("keras-hub", b) for b in args.backends]
     jobs += [] if "hf" in args.skip else [("hf", "torch")]
-    here = os.path.dirname(os.path.abspath(__file__))
+    jobs = [(impl, backend, precision) for precision in precisions for impl, backend in jobs]
     everything = []
     for config in args.configs:
-        rows = {shape: {} for shape in shapes}
-        for impl, backend in jobs:
-            env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
-                       PYTHONPATH=os.pathsep.join(
-                           filter(None, [os.path.dirname(here), os.environ.get("PYTHONPATH")])))
-            cmd = [sys.executable, __file__, "--worker", f"{impl}:{config}", "--shapes",
-                   *("x".join(map(str, s)) for s in shapes), "--warmup", str(args.warmup),
-                   "--steps", str(args.steps)] + (["--profile"] if args.profile else [])
-            started = time.perf_counter()
-            try:
-                out = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                     timeout=args.worker_timeout)
-                stdout, failed = out.stdout, out.returncode and out.stderr.strip()[-300:]
-            except subprocess.TimeoutExpired as e:
-                stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
-                failed = f"stopped after {args.worker_timeout} s"
-            results = [json.loads(x[7:]) for x in stdout.splitlines() if x.startswith("RESULT ")]
-            library, _, variant = impl.partition("+")
-            name = f"{library}/{backend}" + (f" ({variant})" if variant else "")
+        rows = {shape: {} for shape in shapes}          # {shape: {(impl, backend, precision): s}}
+        for impl, backend, precision in jobs:
+            name = _row_name(impl, backend, precision, gpu)
+            results, said = _run_worker(args, impl, backend, precision, config, shapes)
             shown = ", ".join(f"{'x'.join(map(str, r['shape']))}: {r['seconds'] * 1e3:.1f} ms"
                               for r in results)
-            print(f"{config} {name}: {shown or 'no shape timed'} "
-                  f"({time.perf_counter() - started:.0f} s in all)"
-                  + (f"; failed: {failed}" if failed else ""), flush=True)
-            for line in stdout.splitlines():
-                if line.startswith("PROFILE "):
-                    print(f"    {line[8:]}", flush=True)
+            print(f"{config} {name}: {shown or 'no shape timed'} {said}", flush=True)
             for r in results:
-                rows[tuple(r["shape"])][name] = r["seconds"]
-        for (batch, seq, preds), row in rows.items():
-            flops = flops_per_step(config, batch, seq, preds)
-            hf = row.get("hf/torch")
-            print(f"\n{config}: batch {batch}, seq {seq}, {preds} predictions, "
-                  f"{flops / 1e9:.0f} GFLOP/step")
-            print(f"{'implementation':<34}{'step ms':>10}{'examples/s':>12}{'vs HF':>8}"
-                  f"{'MFU':>8}")
-            for name, seconds in sorted(row.items(), key=lambda kv: kv[1]):
-                ratio = f"{hf / seconds:.2f}x" if hf else "-"
-                print(f"{name:<34}{seconds * 1e3:>10.1f}{batch / seconds:>12.1f}{ratio:>8}"
-                      f"{flops / seconds / peak:>8.1%}")
-                everything.append(dict(config=config, batch=batch, seq=seq, preds=preds,
-                                       implementation=name, seconds=seconds,
-                                       vs_hf=hf / seconds if hf else None,
-                                       mfu=flops / seconds / peak))
-            sys.stdout.flush()
+                rows[tuple(r["shape"])][impl, backend, precision] = r["seconds"]
+        for shape, row in rows.items():
+            everything += _print_table(config, shape, row, peaks, gpu)
+            print_floors(bf16_floors({k: v for k, v in row.items() if "+" not in k[0]}, gpu))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(dict(peak_flops=peak, gpu=_gpu(), rows=everything), f, indent=1)
+            json.dump(dict(peak_flops=peaks, gpu=gpu, rows=everything), f, indent=1)
 
+
+def _row_name(impl, backend, precision, gpu):
+    library, _, variant = impl.partition("+")
+    return (f"{library}/{backend}" + (f" ({variant})" if variant else "")
+            + label(precision, gpu))
+
+
+def _run_worker(args, impl, backend, precision, config, shapes):
+    """([{"shape", "seconds"}], what to say after them) from one worker process."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(
+                   filter(None, [os.path.dirname(here), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, __file__, "--worker", f"{impl}:{config}:{precision}", "--shapes",
+           *("x".join(map(str, s)) for s in shapes), "--warmup", str(args.warmup),
+           "--steps", str(args.steps)] + (["--profile"] if args.profile else [])
+    started = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                             timeout=args.worker_timeout)
+        stdout, failed = out.stdout, out.returncode and out.stderr.strip()[-300:]
+    except subprocess.TimeoutExpired as e:
+        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        failed = f"stopped after {args.worker_timeout} s"
+    for line in stdout.splitlines():
+        if line.startswith("PROFILE "):
+            print(f"    {line[8:]}", flush=True)
+    results = [json.loads(x[7:]) for x in stdout.splitlines() if x.startswith("RESULT ")]
+    return results, (f"({time.perf_counter() - started:.0f} s in all)"
+                     + (f"; failed: {failed}" if failed else ""))
+
+
+def _print_table(config, shape, row, peaks, gpu):
+    """One table: every row's step time, throughput, speed against HF at the same precision
+    and MFU against each measured peak; the rows as dicts for --json."""
+    batch, seq, preds = shape
+    flops = flops_per_step(config, batch, seq, preds)
+    print(f"\n{config}: batch {batch}, seq {seq}, {preds} predictions, "
+          f"{flops / 1e9:.0f} GFLOP/step")
+    print(f"{'implementation':<40}{'step ms':>10}{'examples/s':>12}{'vs HF':>8}"
+          + "".join(f"{'MFU ' + ('bf16' if p == 'bfloat16' else 'f32'):>10}" for p in peaks))
+    out = []
+    for key, seconds in sorted(row.items(), key=lambda kv: kv[1]):
+        hf = row.get(("hf", "torch", key[2]))          # HF at the same precision
+        ratio = f"{hf / seconds:.2f}x" if hf else "-"
+        mfu = {p: flops / seconds / peak for p, peak in peaks.items()}
+        print(f"{_row_name(*key, gpu):<40}{seconds * 1e3:>10.1f}{batch / seconds:>12.1f}"
+              f"{ratio:>8}" + "".join(f"{m:>10.1%}" for m in mfu.values()))
+        out.append(dict(config=config, batch=batch, seq=seq, preds=preds,
+                        implementation=_row_name(*key, gpu), precision=key[2],
+                        seconds=seconds, vs_hf=hf / seconds if hf else None, mfu=mfu))
+    sys.stdout.flush()
+    return out
 
 if __name__ == "__main__":
     main()
