@@ -176,6 +176,10 @@ def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: 
                           text=True)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        if done.returncode < 0:             # SIGKILL: most often the kernel's out-of-memory killer
+            last = (f"killed by signal {-done.returncode}"
+                    + (" (out of memory? making a graph takes 6-11 GB)"
+                       if done.returncode == -9 else ""))
         raise ExportError(f"making the {fmt} graphs on TensorFlow failed: {last}")
 
 

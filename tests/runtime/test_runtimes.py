@@ -139,6 +139,13 @@ def test_graphs_are_made_in_a_child_process(every_head, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["embed.onnx"]
 
 
+def test_a_graph_maker_killed_for_memory_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(graphs.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, -9, "", ""))
+    with pytest.raises(graphs.ExportError, match=r"failed: killed by signal 9 \(out of memory"):
+        graphs.convert_checkpoint("any", str(tmp_path), ["embed"], "onnx")
+
+
 def test_onnx_graphs_take_the_forms_onnx_runtime_fuses(every_head, tmp_path):
     """No `GlobalAveragePool` means left from tf2onnx, no reshapes around the products, and
     ONNX Runtime fuses every LayerNorm (2 a layer + the embeddings') and every GELU with its
