@@ -3,7 +3,8 @@
 `profile(step)` runs `step` a few times under the backend's own profiler and returns
 {group: milliseconds per step}; `print_profile` prints it as `PROFILE` lines (what
 `benchmarks/pretrain_step.py --profile` relays). Groups: matrix products, dropout, GELU,
-LayerNorm, softmax and the rest of attention, the optimizer update, everything else.
+LayerNorm, softmax and the rest of attention, the optimizer update, precision casts
+(TensorFlow: `Cast` ops, what mixed precision adds), everything else.
 
 - TensorFlow: `tf.profiler` (the graph's ops, named by the Keras layer that made them:
   `.../layer_3/dropout_7/...`, `gradient_tape/...` for the backward pass).
@@ -19,7 +20,7 @@ import os
 import re
 import tempfile
 
-GROUPS = ("matmul", "dropout", "gelu", "layer norm", "softmax/attention", "optimizer",
+GROUPS = ("matmul", "dropout", "gelu", "layer norm", "softmax/attention", "optimizer", "cast",
           "fusion (XLA)", "other")
 
 
@@ -32,6 +33,8 @@ def _tf_group(name):
     backward = name.startswith("gradient_tape/")
     if "MatMul" in kind or kind in ("Einsum", "Conv2D"):
         return "matmul", backward
+    if kind == "Cast":
+        return "cast", backward
     if "dropout" in name:
         return "dropout", backward
     if "layer_norm" in name:

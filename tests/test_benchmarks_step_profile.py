@@ -15,6 +15,8 @@ def test_op_names_fall_into_their_groups():
     assert sp._tf_group("bert/layer_3/attention/query/MatMul:MatMul") == ("matmul", False)
     assert sp._tf_group("gradient_tape/bert/layer_3/dropout_7/Mul:Mul") == ("dropout", True)
     assert sp._tf_group("bert/layer_0/output_layer_norm/add:AddV2")[0] == "layer norm"
+    assert sp._tf_group("gradient_tape/bert/layer_0/output_layer_norm/Cast/Cast:Cast") == \
+        ("cast", True)
     assert sp._torch_group("aten::addmm") == "matmul"
     assert sp._torch_group("aten::native_dropout") == "dropout"
     assert sp._torch_group("aten::_fused_adamw_") == "optimizer"
