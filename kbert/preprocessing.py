@@ -31,21 +31,17 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert import checkpoint_format
 from kbert.checkpoint_format import head_options_for  # noqa: F401  (kept importable here)
 from kbert.finetune import batching, ner, squad
-from kbert.hints import PathLike, Tensor
+from kbert.hints import Tensor
 from kbert.serving.graph_ops import pack
 from kbert.tokenizer import Tokenizer
-
-if TYPE_CHECKING:   # type-only: the task models import this module
-    from kbert.models.finetuned import FineTunedModel
 
 # Raw inputs: lists or arrays of strings (a tuple of them for pairs), tensors, or features.
 Raw = Any
@@ -447,48 +443,3 @@ def _to_tf(value):
     elif array.dtype == np.int64:
         array = array.astype("int32")
     return tf.constant(array)
-
-
-# --- checkpoints -------------------------------------------------------------------------------
-def task_from_checkpoint(cls: type[FineTunedModel], path: PathLike, num_labels: int | None = None,
-                         labels: list[str] | None = None, max_seq_length: int | None = None,
-                         version_2: bool = False, dtype: str | None = None,
-                         **preprocessor_options: Any) -> FineTunedModel:
-    """A task model of class `cls` (a `kbert.models` fine-tuning model) on checkpoint `path`'s
-    encoder with its preprocessor.
-
-    The checkpoint's own head of that kind is kept when it fits `num_labels`/`labels`;
-    otherwise a fresh head is made. dtype: the encoder's Keras dtype policy (e.g.
-    "mixed_bfloat16" to train in mixed precision; the head stays float32).
-    """
-    ckpt: checkpoint_format.Contents = checkpoint_format.read(
-        path, dtype, head_dtype="float32" if dtype else None)
-    head: str = cls.head_name   # type: ignore[assignment]  # every task model names its head
-    if num_labels is not None and labels is not None and len(labels) != num_labels:
-        raise ValueError(f"num_labels {num_labels} but {len(labels)} labels")
-    old = ckpt.head_options.get(head, {})
-    asked = labels is not None or num_labels is not None or version_2
-    same = (labels is None or list(labels) == old.get("labels")) and (
-        num_labels is None or head not in ckpt.heads or getattr(
-            ckpt.heads[head], "units", num_labels) == num_labels)
-    if head in ckpt.heads and (not asked or same):
-        options = dict(old)
-        layer = ckpt.heads[head]
-    else:
-        options = head_options_for(head, labels, num_labels, version_2)
-        layer = cls.new_head(ckpt, options)
-    model = cls.with_head(ckpt.backbone, layer)
-    model.head_options = options
-    length = max_seq_length or min(384 if head == "span" else 128,
-                                   ckpt.config.max_position_embeddings)
-    model.preprocessor = PREPROCESSORS[head](
-        ckpt.vocab, ckpt.do_lower_case, length, options.get("labels"), **preprocessor_options)
-    return model
-
-
-def save_task_checkpoint(model: FineTunedModel, directory: str,
-                         vocab: list[str] | str | None = None, do_lower_case: bool | None = None,
-                         dtype: str = "float32", model_card: str | None = None) -> str:
-    """Writes `model` (backbone + head, its labels in config.json) as a checkpoint directory:
-    the model's own `save_checkpoint`."""
-    return model.save_checkpoint(directory, vocab, do_lower_case, dtype, model_card)

@@ -11,7 +11,7 @@ from typing import Any
 import keras
 
 from kbert.backbone import BertBackbone
-from kbert.checkpoint_format import Contents, head_options_for, make_head, write
+from kbert.checkpoint_format import Contents, head_options_for, make_head, read, write
 from kbert.config import BertConfig
 from kbert.models.base import TaskModel
 from kbert.optimization import create_optimizer
@@ -47,21 +47,42 @@ class FineTunedModel(TaskModel):
     # --- checkpoints -----------------------------------------------------------------------
     @classmethod
     def from_checkpoint(cls, path: str, num_labels: int | None = None,
-                        labels: list | None = None, max_seq_length: int | None = None,
+                        labels: list | None = None, max_seq_length: int | None = None, *,
+                        version_2: bool = False, dtype: str | None = None,
                         **kwargs: Any) -> "FineTunedModel":
         """This task model on a kbert checkpoint directory, with its preprocessor attached.
 
         The checkpoint's head of this kind is kept unless `num_labels`/`labels` ask for
         another one (then a fresh head is made). `labels` are the label names in id order
         (tags for `BertTokenClassifier`); `num_labels=1` makes a regressor.
-        `max_seq_length` defaults to 128 (384 for QA).
+        `max_seq_length` defaults to 128 (384 for QA). `dtype`: the encoder's Keras policy
+        (e.g. "mixed_bfloat16" to train in mixed precision; the head stays float32);
+        `version_2`: a SQuAD 2.0 span head; other keywords go to the preprocessor.
         """
         # The preprocessor needs TensorFlow (tf-text): imported on use, so kbert.models
         # imports without it.
-        from kbert import preprocessing
-        return preprocessing.task_from_checkpoint(cls, path, num_labels=num_labels,
-                                                  labels=labels, max_seq_length=max_seq_length,
-                                                  **kwargs)
+        from kbert.preprocessing import PREPROCESSORS
+        ckpt: Contents = read(path, dtype, head_dtype="float32" if dtype else None)
+        head: str = cls.head_name   # type: ignore[assignment]  # every task model names its head
+        if num_labels is not None and labels is not None and len(labels) != num_labels:
+            raise ValueError(f"num_labels {num_labels} but {len(labels)} labels")
+        old = ckpt.head_options.get(head, {})
+        asked = labels is not None or num_labels is not None or version_2
+        same = (labels is None or list(labels) == old.get("labels")) and (
+            num_labels is None or head not in ckpt.heads or getattr(
+                ckpt.heads[head], "units", num_labels) == num_labels)
+        if head in ckpt.heads and (not asked or same):
+            options, layer = dict(old), ckpt.heads[head]
+        else:
+            options = head_options_for(head, labels, num_labels, version_2)
+            layer = cls.new_head(ckpt, options)
+        model = cls.with_head(ckpt.backbone, layer)
+        model.head_options = options
+        length = max_seq_length or min(384 if head == "span" else 128,
+                                       ckpt.config.max_position_embeddings)
+        model.preprocessor = PREPROCESSORS[head](
+            ckpt.vocab, ckpt.do_lower_case, length, options.get("labels"), **kwargs)
+        return model
 
     @classmethod
     def new_head(cls, ckpt: Contents, options: dict) -> keras.layers.Layer:
