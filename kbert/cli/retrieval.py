@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kbert.cli.common import CliError, check_output_dir, positive_int
+from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
 
 if TYPE_CHECKING:   # type-only: the pipeline needs Keras
     from kbert.pipeline import Bert
@@ -42,6 +43,14 @@ def add_index(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--hybrid", choices=("on", "off"),
                    help="fuse BM25 with the dense scores (default: the index's option)")
     s.add_argument("--json", action="store_true", help="print the hits as one JSON list")
+    for q in (b, a, s):
+        q.add_argument("--runtime", choices=RUNTIME_NAMES,
+                       help="how the encoder runs (kbert.load's runtime): keras (default), or "
+                            "its openvino / onnx graphs, made on first use (onnx: the fastest "
+                            "float32 indexing on a CPU)")
+        q.add_argument("--dtype", choices=DTYPE_NAMES,
+                       help="the encoder's precision (default float32; auto: bfloat16 where the "
+                            "CPU has AMX or AVX-512 BF16)")
     p.set_defaults(func=run_index)
 
 
@@ -104,9 +113,20 @@ def run_retrieval_training(args: argparse.Namespace) -> None:
 
 
 def load_model(args: argparse.Namespace, name: str) -> Bert:
+    """`kbert.load(name)` with the command's --runtime and --dtype, where given."""
     import kbert
-    dtype = getattr(args, "dtype", None)          # where `kbert evaluate` takes --dtype
-    return kbert.load(name, **({"dtype": dtype} if dtype not in (None, "float32") else {}))
+    return kbert.load(name, **runtime_options(args))
+
+
+def runtime_options(args: argparse.Namespace) -> dict[str, str]:
+    """The --runtime and --dtype given ("float32", `kbert evaluate`'s default, is left to
+    `kbert.load`: an export directory's default is the dtype it was exported in)."""
+    options = {}
+    if getattr(args, "runtime", None):
+        options["runtime"] = args.runtime
+    if getattr(args, "dtype", None) not in (None, "float32"):
+        options["dtype"] = args.dtype
+    return options
 
 
 def run_index(args: argparse.Namespace) -> None:
@@ -116,7 +136,8 @@ def run_index(args: argparse.Namespace) -> None:
     from kbert.retrieval.passages import read_texts
     if args.action == "search":
         index = Index.load(args.index)
-        model = load_model(args, args.model) if args.model else index.load_encoder()
+        model = (load_model(args, args.model) if args.model
+                 else index.load_encoder(**runtime_options(args)))
         hybrid = None if args.hybrid is None else args.hybrid == "on"
         hits = index.search(args.query, model, top_k=args.top_k, hybrid=hybrid)
         print_hits(args.query, hits, args.json)
@@ -133,7 +154,7 @@ def run_index(args: argparse.Namespace) -> None:
             path = index.save(args.output)
         else:
             index = Index.load(args.index)
-            model = index.load_encoder()
+            model = index.load_encoder(**runtime_options(args))
             before = len(index)
             index.add(model, texts, metadata=meta, batch_size=args.batch_size)
             path = index.save(args.index)

@@ -233,13 +233,17 @@ class Index:
         return fusion.hybrid(dense_rows, lambda i, rows: self.vectors[rows] @ vectors[i],
                              self.bm25().scores(queries), top_k, self.dense_weight)
 
-    def load_encoder(self) -> Bert:
-        """The encoder the manifest names, loaded by path (else by name)."""
+    def load_encoder(self, runtime: str | None = None, dtype: str | None = None) -> Bert:
+        """The encoder the manifest names, loaded by path (else by name), with `kbert.load`'s
+        `runtime` and `dtype`."""
         import kbert
+        from kbert.runtime.options import RuntimeOptionError
         for where in (self.encoder.get("path"), self.encoder.get("name")):
             if where and (os.path.isdir(where) or os.sep not in where):
                 try:
-                    return kbert.load(where)
+                    return kbert.load(where, dtype=dtype, runtime=runtime)
+                except RuntimeOptionError:
+                    raise                       # the encoder is there; the option is not
                 except ValueError:
                     continue
         raise ValueError(f"the index was built with encoder {encoder_lib.describe(self.encoder)}"

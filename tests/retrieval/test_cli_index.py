@@ -90,3 +90,26 @@ def test_evaluate_retrieve_and_rerank_print_one_json_line(tmp_path, encoder, cro
     err = _error(capsys, "evaluate", "rerank", "--model", encoder.checkpoint.path, "--data",
                  data)
     assert err.startswith("kbert evaluate: error: rerank needs a cross-encoder")
+
+
+def test_index_commands_take_the_runtime_and_dtype(files, encoder, capsys, tmp_path,
+                                                   monkeypatch):
+    """`--runtime onnx` indexes through the exported graph: the same vectors as Keras', so an
+    index built one way is searched the other; a combination not offered is one line."""
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("KBERT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "idx"
+    assert cli.main(["index", "build", str(files / "a.jsonl"), "--text-column", "body",
+                     "--model", encoder.checkpoint.path, "--output", str(out),
+                     "--runtime", "onnx"]) == 0
+    assert list((tmp_path / "cache" / "graphs").glob("*/onnx/embed.onnx"))
+    capsys.readouterr()
+    for runtime in ([], ["--runtime", "onnx"]):
+        assert cli.main(["index", "search", str(out), "who bought milk ?", "--json",
+                         *runtime]) == 0
+        hits = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        want = encoder.search("who bought milk ?", PASSAGES[:3], top_k=3)
+        assert [h["text"] for h in hits] == [w["text"] for w in want]
+        assert [h["score"] for h in hits] == pytest.approx([w["score"] for w in want], abs=1e-4)
+    err = _error(capsys, "index", "search", out, "q", "--runtime", "onnx", "--dtype", "bfloat16")
+    assert err.startswith("kbert index: error: ONNX Runtime has no bfloat16")
