@@ -50,7 +50,8 @@ class MaskedLMHead(keras.layers.Layer):
         self.transform.build((None, hidden))
         self.layer_norm.build((None, hidden))
         self.output_bias = self.add_weight(
-            name="output_bias", shape=(self.word_embeddings.input_dim,), initializer="zeros")
+            name="output_bias", shape=(self.word_embeddings.input_dim,), initializer="zeros",
+            autocast=False)                  # added to float32 logits: read as float32
 
     def call(self, sequence_output: Tensor, masked_lm_positions: Tensor | None = None) -> Tensor:
         x = sequence_output                                                   # [B, T, H]
@@ -62,9 +63,12 @@ class MaskedLMHead(keras.layers.Layer):
         # One [N, H] x [V, H] GEMM contracted on H as stored: `matmul(x, transpose(decoder))`
         # made XLA copy the [H, V] transpose on every call (fill_mask 2.4x slower on JAX's CPU).
         rows = ops.reshape(x, (-1, ops.shape(x)[-1]))
-        logits = ops.einsum("nh,vh->nv", rows, decoder)
-        logits = ops.reshape(logits, (*ops.shape(x)[:-1], ops.shape(decoder)[0]))  # [B, P, V]
-        return logits + ops.cast(self.output_bias, logits.dtype)
+        logits = ops.einsum("nh,vh->nv", rows, decoder)                       # [N, V]
+        # float32 logits whatever the policy (the loss, the metrics and softmax read them), cast
+        # right after the product: cast after the reshape, TensorFlow's graph optimizer copied
+        # the [N, V] cast once per reader (a mixed step's largest cast, twice).
+        logits = ops.cast(logits, "float32") + self.output_bias               # an unrounded bias
+        return ops.reshape(logits, (*ops.shape(x)[:-1], ops.shape(decoder)[0]))  # [B, P, V]
 
     def get_config(self) -> dict:
         # The tied embedding is shared with the encoder; the task model re-links it on load.

@@ -64,6 +64,22 @@ def test_mixed_precision_heads_give_float32_logits(tiny_init):
     assert keras.backend.standardize_dtype(model(x).dtype) == "float32"
 
 
+@pytest.mark.multibackend
+def test_mixed_pretraining_scores_float32_logits_with_an_unrounded_bias():
+    """The masked-LM logits leave the head in float32 (cast once, after the product), with the
+    output bias added as stored: a bias bfloat16 would round (1 + 2^-10) is kept."""
+    keras.utils.set_random_seed(0)
+    config = kbert.BertConfig.preset("tiny", vocab_size=50)
+    model = kbert.BertPretrainer(config, dtype="mixed_bfloat16")
+    x = {"input_ids": np.ones((2, 8), "int32"), "masked_lm_positions": np.zeros((2, 2), "int32")}
+    before = keras.ops.convert_to_numpy(model(x)["mlm_logits"])
+    model.mlm_head.output_bias.assign(np.full(50, 1 + 2.0 ** -10, "float32"))
+    after = model(x)["mlm_logits"]
+    assert keras.backend.standardize_dtype(after.dtype) == "float32"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(after) - before, 1 + 2.0 ** -10,
+                               rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("hardware_dtype, expected", [("float32", None),
                                                       ("bfloat16", "mixed_bfloat16")])
 def test_auto_follows_the_hardware(monkeypatch, hardware_dtype, expected):
