@@ -1,7 +1,8 @@
 """WordPiece tokenization in the TensorFlow graph (tensorflow-text), and BERT input packing.
 
 One tokenizer path serves training data, inference, the playground and the exported graph. It is
-BERT's basic tokenization followed by WordPiece, built from ops that TF Serving 2.20 ships
+BERT's basic tokenization (`kbert.basic_tokenizer`: steps 1-2) followed by WordPiece, built from
+ops that TF Serving 2.20 ships
 (`RegexSplitWithOffsets`, `NormalizeUTF8`, `StaticRegexReplace`, `StringLower`, `UnicodeDecode`,
 `WordpieceTokenizeWithOffsets`), and it gives the same ids as HF `tokenizers`' BERT pipeline:
 
@@ -45,21 +46,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from kbert.basic_tokenizer import normalize_texts, split_and_normalize
 from kbert.config import SPECIAL_TOKENS, read_vocab, write_vocab  # noqa: F401  (re-exported)
 from kbert.hints import Tensor
 
 MAX_CHARS_PER_WORD = 100  # longer words become [UNK], as in google-research/bert
 
-# Rust's char::is_whitespace minus the control characters HF deletes before splitting.
-_WHITESPACE = r"[\t\n\r \x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
-_PUNCTUATION = r"[!-/:-@\[-`{-~]|\p{P}"
-_CJK = "|".join(r"[\x{%X}-\x{%X}]" % r for r in (
-    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
-_MASK_LITERAL = r"\[MASK\]"
-_DROPPED = r"[\p{C}\x{FFFD}]"
-# In whole texts: what HF's `clean_text` deletes (controls but tab/newline/CR, which are spaces).
-_DROPPED_IN_TEXT = r"[^\P{C}\t\n\r]|\x{FFFD}"
 # A run of more than MAX_CHARS_PER_WORD characters without a space may hold a too-long word.
 _LONG_RUN = r"(?s).*[^ ]{%d,}.*" % (MAX_CHARS_PER_WORD + 1)
 _PRINTABLE_ASCII = r"[\t\n\r\x20-\x7e]*"    # nothing to normalize but the case
@@ -133,60 +125,6 @@ def _rust_wordpiece(vocab: Sequence[str], lower_case: bool) -> Any:
                                                  strip_accents=None, lowercase=lower_case)
     rust.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     return rust
-
-
-def _normalize_chars(chars, lower_case):
-    """One string per character → its normalized form ("" when HF drops it)."""
-    chars = tf.strings.regex_replace(chars, _DROPPED, "")
-    if lower_case:
-        chars = tf_text.normalize_utf8(chars, "NFD")
-        chars = tf.strings.regex_replace(chars, r"\p{Mn}", "")
-        chars = tf.strings.lower(chars, encoding="utf-8")
-    return chars
-
-
-def _normalize_texts(texts, lower_case):
-    """Whole strings [B] normalized as HF's `BertNormalizer`: controls deleted and, uncased, NFD
-    without combining marks, lower-cased character by character (no final-sigma rule: `Σ` is
-    always `σ`, as in Rust's `char::to_lowercase`). Whitespace is left for
-    `FastWordpieceTokenizer`, which splits on every Unicode `White_Space` character that remains.
-
-    >>> _normalize_texts(["Héllo WÖRLD\\x00 ΟΔΟΣ"], True).numpy()[0].decode()
-    'hello world οδοσ'
-    """
-    texts = tf.strings.regex_replace(texts, _DROPPED_IN_TEXT, "")
-    if lower_case:
-        texts = tf_text.normalize_utf8(texts, "NFD")
-        texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-        texts = tf.strings.lower(tf.strings.regex_replace(texts, "\u03a3", "\u03c3"), "utf-8")
-    return texts
-
-
-def _split_and_normalize(texts, lower_case, mask_literal=False):
-    """Strings [B] → words [B, (W)] of the original text, their byte starts, their characters
-    [N, (C)] and the normalized characters [NC]."""
-    texts = tf.convert_to_tensor(texts, tf.string)
-    # RegexSplit stops at a NUL byte; \x01 has the same length and is dropped the same way.
-    texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-    delim = f"{_WHITESPACE}|{_PUNCTUATION}|{_CJK}"
-    keep = f"{_PUNCTUATION}|{_CJK}"
-    if mask_literal:
-        delim, keep = f"{_MASK_LITERAL}|{delim}", f"{_MASK_LITERAL}|{keep}"
-    words, word_starts, _ = tf_text.regex_split_with_offsets(texts, delim, keep)  # [B, (W)]
-    chars = tf.strings.unicode_split(words.flat_values, "UTF-8", errors="replace")  # [N, (C)]
-    return words, word_starts, chars, _normalize_chars(chars.flat_values, lower_case)
-
-
-def basic_tokenize(texts: Tensor | Sequence[str], lower_case: bool = True) -> Tensor:
-    """BERT's basic tokenization: strings [B] → normalized words, a RaggedTensor [B, (W)].
-
-    >>> basic_tokenize(["Héllo, WORLD!"]).to_list()
-    [[b'hello', b',', b'world', b'!']]
-    """
-    words, _, chars, norm = _split_and_normalize(texts, lower_case)
-    norm_words = tf.strings.reduce_join(chars.with_flat_values(norm), axis=-1)
-    words = words.with_flat_values(norm_words)
-    return tf.ragged.boolean_mask(words, tf.strings.length(words) > 0)
 
 
 class Tokenizer:
@@ -280,7 +218,7 @@ class Tokenizer:
         return fn
 
     def _tokenize_with_offsets(self, texts, mask_literal):
-        words, word_starts, chars, norm = _split_and_normalize(texts, self.lower_case, mask_literal)
+        words, word_starts, chars, norm = split_and_normalize(texts, self.lower_case, mask_literal)
         flat_words = words.flat_values                                             # [N]
         norm_words = tf.strings.reduce_join(chars.with_flat_values(norm), axis=-1)  # [N]
 
@@ -339,7 +277,7 @@ class Tokenizer:
     def _ids_and_long_runs(self, texts):
         """Texts [B] → the fast route's flat ids, their row splits [B + 1], and which texts
         hold a run long enough to need the offsets route."""
-        texts = _normalize_texts(texts, self.lower_case)
+        texts = normalize_texts(texts, self.lower_case)
         ids = self._fast_wordpiece.tokenize(texts)
         return ids.flat_values, ids.row_splits, tf.strings.regex_full_match(texts, _LONG_RUN)
 

@@ -8,11 +8,11 @@ import pytest
 import tensorflow as tf
 
 import kbert.tokenizer as tokenizer_module
+from kbert.basic_tokenizer import basic_tokenize
 from kbert.data.sentences import read_documents
 from kbert.data.vocab import build_vocab
 from kbert.tokenizer import (
     Tokenizer,
-    basic_tokenize,
     char_offsets,
     read_vocab,
     write_vocab,
