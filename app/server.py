@@ -28,9 +28,11 @@ def add_arguments(parser):
                              "padded batch)")
     parser.add_argument("--preload", action="store_true",
                         help="load every checkpoint before serving (default: on first use)")
-    parser.add_argument("--runtime", default="keras", choices=("keras", "openvino", "onnx"),
+    parser.add_argument("--runtime", default="keras",
+                        choices=("auto", "keras", "openvino", "onnx"),
                         help="what runs the model: keras (default), openvino or onnx (graphs "
-                             "made on first use, cached)")
+                             "made on first use, cached), or auto (the fastest measured for "
+                             "the precision on this machine)")
     parser.add_argument("--dtype", default="auto",
                         choices=("auto", "float32", "bfloat16", "int8"),
                         help="precision (default auto: bfloat16 where the CPU has AMX or "

@@ -94,6 +94,22 @@ def gpu_has_bfloat16() -> bool:
     return False
 
 
+def gpu_in_use() -> bool:
+    """Whether the Keras backend's framework, already imported, runs on a GPU (as
+    `gpu_has_bfloat16`, nothing is imported here)."""
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    try:
+        if backend == "torch" and "torch" in sys.modules:
+            return bool(sys.modules["torch"].cuda.is_available())
+        if backend == "jax" and "jax" in sys.modules:
+            return bool(sys.modules["jax"].devices()[0].platform == "gpu")
+        if backend == "tensorflow" and "tensorflow" in sys.modules:
+            return bool(sys.modules["tensorflow"].config.list_physical_devices("GPU"))
+    except (RuntimeError, ValueError, AttributeError):
+        return False
+    return False
+
+
 def auto_dtype() -> str:
     """The inference dtype "auto" means on this machine: "bfloat16" or "float32"."""
     return "bfloat16" if has_fast_bfloat16() or gpu_has_bfloat16() else "float32"
@@ -124,5 +140,5 @@ def describe() -> str:
 
 
 __all__ = ["BF16_FLAGS", "INT8_FLAGS", "MIXED_PRECISION", "auto_dtype", "cpu_info", "describe",
-           "gpu_has_bfloat16", "has_fast_bfloat16", "has_fast_int8", "mixed_precision_policy",
-           "usable_cores"]
+           "gpu_has_bfloat16", "gpu_in_use", "has_fast_bfloat16", "has_fast_int8",
+           "mixed_precision_policy", "usable_cores"]

@@ -209,13 +209,14 @@ def load(path: str, dtype: str | None = None, runtime: str | None = None,
         multiplies it natively (AMX, AVX-512 BF16; `kbert.hardware`), else float32.
     runtime: "keras" (the default for a checkpoint), "openvino" or "onnx" (the passes as
         exported graphs, made on first use or read from a `kbert export --format` directory,
-        whose format is then the default).
+        whose format is then the default), or "auto": the fastest path measured for the dtype
+        on this machine (`kbert.runtime.options.auto_runtime`; an export directory's own).
     threads: at most this many threads for the OpenVINO / ONNX Runtime graphs (default: all
         cores).
     """
     directory = checkpoint_lib.resolve(path)
     manifest = graphs.read_manifest(directory)
-    if runtime is None:
+    if runtime is None or (runtime == "auto" and manifest):
         runtime = manifest["format"] if manifest else "keras"
     if dtype is None:
         dtype = manifest["dtype"] if manifest and manifest["format"] == runtime else "float32"

@@ -9,7 +9,7 @@ from kbert.cli.common import positive_int
 
 EXPORT_FORMATS = ("saved_model", "onnx", "openvino")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "int8")   # kbert.runtime.DTYPES (a test checks)
-RUNTIME_NAMES = ("keras", "openvino", "onnx")            # kbert.runtime.RUNTIMES (a test checks)
+RUNTIME_NAMES = ("auto", "keras", "openvino", "onnx")    # kbert.runtime.RUNTIME_CHOICES (tested)
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:

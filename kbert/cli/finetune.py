@@ -109,8 +109,8 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
                         "CPU has AMX or AVX-512 BF16; int8 on --runtime openvino); the "
                         "heads stay float32")
     p.add_argument("--runtime", choices=RUNTIME_NAMES,
-                   help="score what kbert.load(..., runtime=) serves: keras (default), or the "
-                        "exported openvino / onnx graphs")
+                   help="score what kbert.load(..., runtime=) serves: keras (default), the "
+                        "exported openvino / onnx graphs, or auto (the fastest here)")
     add_columns(p)
     p.set_defaults(func=run_evaluate)
 

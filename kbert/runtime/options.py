@@ -1,8 +1,8 @@
 """The precision and runtime a model runs with: names, defaults, and what each runtime offers.
 
 `resolve(runtime, dtype)` is the one place that checks a combination and turns "auto" into a
-dtype; every entry point (`kbert.load`, the CLI, the playground) calls it and shows its one-line
-errors as they are.
+dtype and a runtime; every entry point (`kbert.load`, the CLI, the playground) calls it and shows
+its one-line errors as they are.
 
 | runtime    | float32 | bfloat16                                | int8                          |
 |------------|---------|-----------------------------------------|-------------------------------|
@@ -15,6 +15,11 @@ no faster than float32 (benchmarks/serve_latency.py on an AVX2 EPYC: 0.5-1.0x), 
 (**) ONNX Runtime's dynamic quantization (int8 weights and activations of every product with a
 weight) fails the accuracy bar on BERT encoders (benchmarks/precision_accuracy.py: SQuAD F1
 -2.0, fill_mask top-1 agreement 90%, embedding cosine 0.987); OpenVINO's int8 weights keep it.
+
+runtime="auto" is the fastest path measured for the dtype on a CPU (docs/inference.md):
+float32 on ONNX Runtime (then OpenVINO), bfloat16 and int8 on OpenVINO; Keras on a GPU (the graph
+runtimes run on the CPU), and wherever TensorFlow (which makes the graphs) or the runtime's
+package is not installed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import importlib.util
 from kbert import hardware
 
 RUNTIMES = ("keras", "openvino", "onnx")
+RUNTIME_CHOICES = ("auto", *RUNTIMES)
 DTYPES = ("auto", "float32", "bfloat16", "int8")
 PACKAGES = {"openvino": ("openvino", "kbert[openvino]"),
             "onnx": ("onnxruntime", "kbert[onnx]")}
@@ -46,10 +52,13 @@ def resolve(runtime: str | None = "keras", dtype: str | None = "float32") -> tup
     """
     runtime = runtime or "keras"
     dtype = dtype or "float32"
-    if runtime not in RUNTIMES:
-        raise RuntimeOptionError(f"unknown runtime {runtime!r}: use one of {', '.join(RUNTIMES)}")
+    if runtime not in RUNTIME_CHOICES:
+        raise RuntimeOptionError(f"unknown runtime {runtime!r}: use one of "
+                                 f"{', '.join(RUNTIME_CHOICES)}")
     if dtype not in DTYPES:
         raise RuntimeOptionError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if runtime == "auto":
+        runtime = auto_runtime(hardware.auto_dtype() if dtype == "auto" else dtype)
     if dtype == "auto":
         dtype = "float32" if runtime == "onnx" else hardware.auto_dtype()
     if runtime == "keras" and dtype == "int8":
@@ -73,6 +82,23 @@ def resolve(runtime: str | None = "keras", dtype: str | None = "float32") -> tup
     return runtime, dtype
 
 
+def auto_runtime(dtype: str) -> str:
+    """The runtime "auto" means for `dtype` ("float32", "bfloat16" or "int8") here."""
+    def installed(module: str) -> bool:
+        return importlib.util.find_spec(module) is not None
+    if dtype == "int8":
+        return "openvino"                        # the only int8 offered (resolve says if not)
+    if hardware.gpu_in_use() or not installed("tensorflow"):
+        return "keras"
+    if dtype == "bfloat16":
+        fast = hardware.has_fast_bfloat16() and installed(PACKAGES["openvino"][0])
+        return "openvino" if fast else "keras"
+    for runtime in ("onnx", "openvino"):
+        if installed(PACKAGES[runtime][0]):
+            return runtime
+    return "keras"
+
+
 def require_package(runtime: str) -> None:
     """A one-line error when the runtime's package is not installed."""
     if runtime in PACKAGES:
@@ -82,4 +108,5 @@ def require_package(runtime: str) -> None:
                                      f"pip install '{extra}'")
 
 
-__all__ = ["DTYPES", "RUNTIMES", "RuntimeOptionError", "require_package", "resolve"]
+__all__ = ["DTYPES", "RUNTIMES", "RUNTIME_CHOICES", "RuntimeOptionError", "auto_runtime",
+           "require_package", "resolve"]

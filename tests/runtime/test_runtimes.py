@@ -271,6 +271,32 @@ def test_auto_and_refused_combinations(monkeypatch):
         resolve("onnx", "int8")
 
 
+def test_auto_runtime_is_the_fastest_path_measured_for_the_dtype(monkeypatch):
+    from kbert.runtime import options
+    monkeypatch.setattr(hardware, "gpu_in_use", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_info", lambda *a: {"model": "Xeon", "bf16_flags": [
+        "amx_bf16"], "int8_flags": ["amx_int8"]})
+    have = {"tensorflow", "onnxruntime", "openvino"}
+    monkeypatch.setattr(options.importlib.util, "find_spec",
+                        lambda name, *a: object() if name in have else None)
+    assert resolve("auto", "float32") == ("onnx", "float32")
+    assert resolve("auto", "auto") == ("openvino", "bfloat16")       # AMX: bfloat16, OpenVINO
+    assert resolve("auto", "int8") == ("openvino", "int8")
+    have.discard("onnxruntime")
+    assert resolve("auto", "float32") == ("openvino", "float32")
+    have.discard("openvino")
+    assert resolve("auto", "float32") == ("keras", "float32")
+    assert resolve("auto", "bfloat16") == ("keras", "bfloat16")
+    with pytest.raises(RuntimeOptionError, match=r"pip install 'kbert\[openvino\]'"):
+        resolve("auto", "int8")
+    have.update({"onnxruntime", "openvino"})
+    monkeypatch.setattr(hardware, "gpu_in_use", lambda: True)        # graphs run on the CPU
+    assert resolve("auto", "float32") == ("keras", "float32")
+    monkeypatch.setattr(hardware, "gpu_in_use", lambda: False)
+    have.discard("tensorflow")                                       # nothing makes graphs
+    assert resolve("auto", "float32") == ("keras", "float32")
+
+
 def test_a_missing_runtime_package_is_one_line(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -332,9 +358,9 @@ def test_the_forms_traced_for_graphs_equal_the_keras_forms(causal):
 
 def test_the_cli_names_the_runtime_dtypes_and_refuses_a_bad_pair_in_one_line(tmp_path, capsys):
     from kbert import cli
-    from kbert.runtime import DTYPES, RUNTIMES
+    from kbert.runtime.options import DTYPES, RUNTIME_CHOICES
     assert set(cli.DTYPE_NAMES) == set(DTYPES)
-    assert set(cli.RUNTIME_NAMES) == set(RUNTIMES)
+    assert set(cli.RUNTIME_NAMES) == set(RUNTIME_CHOICES)
     out = str(tmp_path / "x")
     assert cli.main(["export", "minilm-l6-squad", "--output", out, "--format", "onnx",
                      "--dtype", "bfloat16"]) == 2
