@@ -48,7 +48,7 @@ def resolve(runtime: str | None = "keras", dtype: str | None = "float32") -> tup
     ('onnx', 'float32')
     >>> resolve("tflite", "float32")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    kbert.runtime.options.RuntimeOptionError: unknown runtime 'tflite': use one of keras, ...
+    kbert.runtime.options.RuntimeOptionError: unknown runtime 'tflite': use one of auto, keras, ...
     """
     runtime = runtime or "keras"
     dtype = dtype or "float32"
