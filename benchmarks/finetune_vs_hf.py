@@ -343,5 +343,6 @@ def report(runs, args, dev_size):
                            f"seeds)", abs(bf16[0] - fp32[0]) <= ACCURACY_BAR))
     print_floors(floors)
 
+
 if __name__ == "__main__":
     main()
