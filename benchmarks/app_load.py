@@ -124,6 +124,8 @@ def main():
                         "REST API (stdlib, as curl would); gradio: one gradio_client per "
                         "request; gradio-shared: one gradio_client for all")
     args = p.parse_args()
+    from kbert import hardware
+    print(hardware.describe(), flush=True)          # the CPU every number ran on
 
     server_process, name, url, server_ms = None, args.model_name, args.url, None
     if url is None:

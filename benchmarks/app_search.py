@@ -75,6 +75,8 @@ def main():
                    help="ask through gradio_client and the served app's /search (started in "
                         "this process on a loopback port) instead of calling the handler")
     args = p.parse_args()
+    from kbert import hardware
+    print(hardware.describe(), flush=True)          # the CPU every number ran on
     if not os.path.isfile(args.data):
         sys.exit(f"{args.data}: not found (pass --data)")
 

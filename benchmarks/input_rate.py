@@ -267,6 +267,8 @@ def main(argv=None):
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    from kbert import hardware
+    print(hardware.describe(), flush=True)          # the CPU every number ran on
     if args.child:
         return child(args)
     if args.quick:

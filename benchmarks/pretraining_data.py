@@ -148,6 +148,8 @@ def main():
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--google", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from kbert import hardware
+    print(hardware.describe(), flush=True)          # the CPU every number ran on
     args.vocab = args.vocab or default_vocab()
     if args.child:
         return child(args)

@@ -304,6 +304,8 @@ def main():
                            default=["hf", "hf-longest", "kbert-jax", "kbert-torch"])
             r.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
+    from kbert import hardware
+    print(hardware.describe(), flush=True)          # the CPU every number ran on
     if args.command == "prepare":
         prepare(args)
     elif args.command == "run":

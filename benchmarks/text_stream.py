@@ -48,6 +48,8 @@ def main():
     parser.add_argument("--files", type=int, default=200, help="the first N files")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    from kbert import hardware
+    print(hardware.describe(), flush=True)          # the CPU every number ran on
     from kbert.config import read_vocab
     vocab = read_vocab(args.vocab)
     files = sorted(glob.glob(os.path.join(args.corpus, "*", "*.txt")))[:args.files]
