@@ -9,6 +9,8 @@ The floors: kbert's bfloat16 step or epoch >= 2.5x its float32 on an AMX CPU (>=
 avx512_bf16 is present) and >= 3x HF under `torch.autocast` bfloat16, on TensorFlow and PyTorch.
 """
 
+from kbert import hardware
+
 PRECISIONS = ("float32", "bfloat16")
 FLOOR_BACKENDS = ("tensorflow", "torch")
 VS_HF_FLOOR = 3.0
@@ -17,7 +19,6 @@ VS_HF_FLOOR = 3.0
 def default_precisions(gpu: bool) -> list[str]:
     """bfloat16 only on a GPU (as before: every row there is bfloat16); float32, and bfloat16
     where the CPU has it, on a CPU."""
-    from kbert import hardware
     if gpu:
         return ["bfloat16"]
     return list(PRECISIONS) if hardware.has_fast_bfloat16() else ["float32"]
@@ -25,7 +26,6 @@ def default_precisions(gpu: bool) -> list[str]:
 
 def cpu_line(gpu: bool) -> str:
     """The header line: the CPU and its bf16 flags; what happens to the bfloat16 rows."""
-    from kbert import hardware
     line = hardware.describe()
     if not gpu and not hardware.has_fast_bfloat16():
         line += ("\nbfloat16 rows: skipped unless asked for (--precisions float32 bfloat16); "
@@ -35,7 +35,6 @@ def cpu_line(gpu: bool) -> str:
 
 def label(precision: str, gpu: bool) -> str:
     """The suffix a row's name takes: "" for float32, " bf16", or " bf16 (emulated)"."""
-    from kbert import hardware
     if precision == "float32":
         return ""
     return " bf16" if gpu or hardware.has_fast_bfloat16() else " bf16 (emulated)"
@@ -43,7 +42,6 @@ def label(precision: str, gpu: bool) -> str:
 
 def speed_floor() -> tuple[float, str]:
     """(kbert bfloat16 ÷ float32 floor, why): 2.5x with AMX, 1.5x with avx512_bf16 only."""
-    from kbert import hardware
     flags = hardware.cpu_info()["bf16_flags"]
     return (2.5, "AMX") if "amx_bf16" in flags else (1.5, "avx512_bf16 without AMX")
 
@@ -52,7 +50,6 @@ def bf16_floors(seconds: dict, gpu: bool) -> list[tuple[str, bool | None]]:
     """[(line, passed)] from {(library, backend, precision): seconds of a step or an epoch}
     (lower is faster); passed is None where a floor cannot be judged (a row missing, a GPU, or a
     CPU without bfloat16 instructions)."""
-    from kbert import hardware
     if gpu:
         return [("bfloat16 floors: for a CPU; not judged on a GPU", None)]
     if not hardware.has_fast_bfloat16():

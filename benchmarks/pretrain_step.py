@@ -190,19 +190,14 @@ def matmul_peak(n=2048, repeats=5, precision="float32"):
     """FLOP/s of the best large matmul this machine does: float32 or bfloat16 on a CPU,
     bfloat16 on a GPU."""
     import torch
-    best = 0.0
     if precision == "bfloat16" and not torch.cuda.is_available():
         size = 512                        # up to n while a product is quick (emulation is not)
         while size < n and _seconds(torch.randn(size, size, dtype=torch.bfloat16)) < 0.05:
             size *= 2
-        a, n = torch.randn(size, size, dtype=torch.bfloat16), size
-        for _ in range(repeats):
-            start = time.perf_counter()
-            a @ a
-            best = max(best, 2 * n ** 3 / (time.perf_counter() - start))
-        return best
+        a = torch.randn(size, size, dtype=torch.bfloat16)
+        return max(2 * size ** 3 / _seconds(a) for _ in range(repeats))
     if torch.cuda.is_available():
-        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        a, best = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16), 0.0
         for _ in range(repeats):
             torch.cuda.synchronize()
             start = time.perf_counter()
@@ -211,16 +206,11 @@ def matmul_peak(n=2048, repeats=5, precision="float32"):
             best = max(best, 2 * 8192 ** 3 / (time.perf_counter() - start))
         return best
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    ta = torch.from_numpy(a)
-    for mm in (lambda: a @ a, lambda: ta @ ta):
-        for _ in range(repeats):
-            start = time.perf_counter()
-            mm()
-            best = max(best, 2 * n ** 3 / (time.perf_counter() - start))
-    return best
+    return max(2 * n ** 3 / _seconds(m) for m in (a, torch.from_numpy(a)) for _ in range(repeats))
 
 
 def _seconds(a):
+    """Seconds of one a @ a."""
     start = time.perf_counter()
     a @ a
     return time.perf_counter() - start

@@ -72,42 +72,39 @@ def has_fast_int8() -> bool:
     return bool(cpu_info()["int8_flags"])
 
 
-def gpu_has_bfloat16() -> bool:
-    """Whether the Keras backend's framework, already imported, runs on a GPU with bfloat16
-    (nothing is imported here: a process that has not loaded a framework has no GPU in use)."""
+def _gpu() -> tuple[bool, bool]:
+    """(runs on a GPU, that GPU has bfloat16) for the Keras backend's framework, already
+    imported (nothing is imported here: a process that has not loaded a framework has no GPU in
+    use)."""
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     try:
         if backend == "torch" and "torch" in sys.modules:
             torch = sys.modules["torch"]
-            return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+            on_gpu = bool(torch.cuda.is_available())
+            return on_gpu, on_gpu and bool(torch.cuda.is_bf16_supported())
         if backend == "jax" and "jax" in sys.modules:
             device = sys.modules["jax"].devices()[0]
-            capability = getattr(device, "compute_capability", "0")
-            return device.platform == "gpu" and float(capability) >= 8.0
+            on_gpu = device.platform == "gpu"
+            return on_gpu, on_gpu and float(getattr(device, "compute_capability", "0")) >= 8.0
         if backend == "tensorflow" and "tensorflow" in sys.modules:
             tf = sys.modules["tensorflow"]
-            gpus = tf.config.list_physical_devices("GPU")
-            details = [tf.config.experimental.get_device_details(g) for g in gpus]
-            return any(d.get("compute_capability", (0, 0)) >= (8, 0) for d in details)
+            details = [tf.config.experimental.get_device_details(g)
+                       for g in tf.config.list_physical_devices("GPU")]
+            return bool(details), any(d.get("compute_capability", (0, 0)) >= (8, 0)
+                                      for d in details)
     except (RuntimeError, ValueError, AttributeError):
-        return False
-    return False
+        pass
+    return False, False
+
+
+def gpu_has_bfloat16() -> bool:
+    """Whether the Keras backend's framework, already imported, runs on a GPU with bfloat16."""
+    return _gpu()[1]
 
 
 def gpu_in_use() -> bool:
-    """Whether the Keras backend's framework, already imported, runs on a GPU (as
-    `gpu_has_bfloat16`, nothing is imported here)."""
-    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    try:
-        if backend == "torch" and "torch" in sys.modules:
-            return bool(sys.modules["torch"].cuda.is_available())
-        if backend == "jax" and "jax" in sys.modules:
-            return bool(sys.modules["jax"].devices()[0].platform == "gpu")
-        if backend == "tensorflow" and "tensorflow" in sys.modules:
-            return bool(sys.modules["tensorflow"].config.list_physical_devices("GPU"))
-    except (RuntimeError, ValueError, AttributeError):
-        return False
-    return False
+    """Whether the Keras backend's framework, already imported, runs on a GPU."""
+    return _gpu()[0]
 
 
 def auto_dtype() -> str:

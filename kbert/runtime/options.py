@@ -84,26 +84,28 @@ def resolve(runtime: str | None = "keras", dtype: str | None = "float32") -> tup
 
 def auto_runtime(dtype: str) -> str:
     """The runtime "auto" means for `dtype` ("float32", "bfloat16" or "int8") here."""
-    def installed(module: str) -> bool:
-        return importlib.util.find_spec(module) is not None
     if dtype == "int8":
         return "openvino"                        # the only int8 offered (resolve says if not)
-    if hardware.gpu_in_use() or not installed("tensorflow"):
+    if hardware.gpu_in_use() or not _installed("tensorflow"):
         return "keras"
     if dtype == "bfloat16":
-        fast = hardware.has_fast_bfloat16() and installed(PACKAGES["openvino"][0])
+        fast = hardware.has_fast_bfloat16() and _installed(PACKAGES["openvino"][0])
         return "openvino" if fast else "keras"
     for runtime in ("onnx", "openvino"):
-        if installed(PACKAGES[runtime][0]):
+        if _installed(PACKAGES[runtime][0]):
             return runtime
     return "keras"
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def require_package(runtime: str) -> None:
     """A one-line error when the runtime's package is not installed."""
     if runtime in PACKAGES:
         module, extra = PACKAGES[runtime]
-        if importlib.util.find_spec(module) is None:
+        if not _installed(module):
             raise RuntimeOptionError(f"runtime {runtime!r} needs the {module} package: "
                                      f"pip install '{extra}'")
 
