@@ -163,13 +163,23 @@ def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: 
     """Makes the passes of the checkpoint `directory` into `folder`, in a child process on
     TensorFlow whatever this process's backend.
 
-    tf2onnx and TensorFlow's graph tools peak at 6-11 GB for one MiniLM pass (tf2onnx copies
-    its graph for each optimizer) and a process that made them keeps gigabytes it no longer
-    uses; a child gives all of it back, so a serving process stays at its model's size."""
+    A process that made graphs keeps memory it no longer uses (TensorFlow's graph tools,
+    the converters' garbage); a child gives all of it back, so a serving process stays at its
+    model's size. The ONNX child runs tf2onnx without its two costs that scale with the
+    weights (MiniLM with its MLM head and the embed pass: 10.0 -> 2.6 GB at the peak, 50 -> 25 s):
+    tf2onnx rewrites every node's protobuf after each of its ~12 optimizers, 3 rounds, and
+    upb (protobuf's default C implementation) frees a repeated field's old contents only with
+    its message, so each rewrite kept another copy of the weights (~130 MB); the pure-Python
+    protobuf frees them (the graphs are small, the time is the same). And tf2onnx deep-copies
+    the graph before each optimizer, to go on without one that fails (TF2ONNX_CATCH_ERRORS:
+    any value turns it off); a failing optimizer fails the conversion instead."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=path)   # this same kbert
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if fmt == "onnx":      # OpenVINO's converter keeps no copies (7.9 s, 1.2 GB for the two)
+        env.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
+        env.setdefault("TF2ONNX_CATCH_ERRORS", "FALSE")
     command = [sys.executable, "-m", "kbert.runtime.graphs", directory, folder, fmt,
                *[kind_name(k) for k in kinds]]
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -178,7 +188,7 @@ def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: 
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         if done.returncode < 0:             # SIGKILL: most often the kernel's out-of-memory killer
             last = (f"killed by signal {-done.returncode}"
-                    + (" (out of memory? making a graph takes 6-11 GB)"
+                    + (" (out of memory? making a graph takes up to 3 GB)"
                        if done.returncode == -9 else ""))
         raise ExportError(f"making the {fmt} graphs on TensorFlow failed: {last}")
 
@@ -189,6 +199,9 @@ def _convert_here(directory, folder, kinds, fmt):
 
     from kbert import checkpoint
     ckpt = checkpoint.load(directory)
+    # TensorFlow's and Keras' objects out of the collector's sight: the converters' many
+    # collections then walk only their own (~10% of the time).
+    gc.freeze()
     for kind in kinds:
         convert_pass(ckpt.backbone, ckpt.heads, kind, fmt, graph_path(folder, kind, fmt))
         gc.collect()                # the last pass's converter garbage, before the next peak
