@@ -27,7 +27,8 @@ def add_arguments(parser):
                              f"{DEFAULT_CONCURRENCY}: concurrent fill-mask requests run as one "
                              "padded batch)")
     parser.add_argument("--preload", action="store_true",
-                        help="load every checkpoint before serving (default: on first use)")
+                        help="load every checkpoint (and make its OpenVINO/ONNX graphs) before "
+                             "serving (default: on first use)")
     parser.add_argument("--runtime", default="keras",
                         choices=("auto", "keras", "openvino", "onnx"),
                         help="what runs the model: keras (default), openvino or onnx (graphs "
@@ -72,7 +73,7 @@ def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860,
             "no checkpoints found in %s (pass --model DIR); the tabs will say so",
             models_dir or "the checkpoint search path (KBERT_MODELS, then saved_models/)")
     for name in registry.names if preload else ():
-        registry.get(name)
+        registry.get(name).prepare()      # the graph runtimes' graphs too: no first-click wait
     demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block,
                 show_error=False, quiet=not block, footer_links=["api"],
                 max_file_size=MAX_UPLOAD)

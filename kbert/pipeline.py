@@ -80,6 +80,25 @@ class Bert:
     def task_model(self, task: str | None = None) -> keras.Model:
         return self.checkpoint.task_model(task)
 
+    def prepare(self) -> Bert:
+        """Makes ready now what the first call of each method would otherwise wait for: on the
+        "openvino" and "onnx" runtimes every graph the checkpoint's heads serve, made once per
+        machine (in one child process) and loaded; then one small call of each method, which
+        traces the tokenizer's routes and the Keras passes (on JAX, for the smallest bucket).
+        A server calls it before taking requests (`kbert app --preload`). Returns the model.
+
+        >>> kbert.load("minilm-l6-v2", runtime="onnx").prepare().embed("hi")  # doctest: +SKIP
+        """
+        self._runner.prepare(list(self.heads))
+        self.embed("a")
+        calls = {"mlm": lambda: self.fill_mask("a [MASK] ."),
+                 "nsp": lambda: self.next_sentence("a", "b"),
+                 "classifier": lambda: self.classify("a"), "tagger": lambda: self.tag("a"),
+                 "span": lambda: self.answer("a ?", "a .")}
+        for head in self.heads:
+            calls.get(head, lambda: None)()
+        return self
+
     @property
     def trace_count(self) -> int:
         """How many times a compiled forward pass was traced (once per bucket shape)."""

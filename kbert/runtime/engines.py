@@ -10,7 +10,7 @@ every k; both embeddings come from the one "embed" graph (`passes.graph_kind`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -62,16 +62,22 @@ class GraphRunner:
             self._cache = graphs.cache_dir(self.checkpoint_dir, self.runtime)
         return self._cache
 
-    def _graph_file(self, kind) -> str:
-        """The graph of `kind` at this runner's dtype, made (and quantized) where missing."""
-        path = None
+    def _made(self, kind) -> str | None:
+        """The graph file of `kind` (float32) where one is made: the export's, else the cache's."""
         if self.folder:
             path = graphs.graph_path(self.folder, kind, self.runtime)
-        if not path or not os.path.isfile(path):
+            if os.path.isfile(path):
+                return path
+        path = graphs.graph_path(self._cache_folder(), kind, self.runtime)
+        return path if os.path.isfile(path) else None
+
+    def _graph_file(self, kind) -> str:
+        """The graph of `kind` at this runner's dtype, made (and quantized) where missing."""
+        path = self._made(kind)
+        if path is None:
             folder = self._cache_folder()
+            graphs.convert_checkpoint(self.checkpoint_dir, folder, [kind], self.runtime)
             path = graphs.graph_path(folder, kind, self.runtime)
-            if not os.path.isfile(path):
-                graphs.convert_checkpoint(self.checkpoint_dir, folder, [kind], self.runtime)
         if self.dtype == "int8":
             quantized = graphs.int8_path(path)
             if not os.path.isfile(quantized):
@@ -85,6 +91,18 @@ class GraphRunner:
         if self.runtime == "openvino":
             return _openvino_session(path, self.dtype, self.threads)
         return _onnx_session(path, self.threads)
+
+    def prepare(self, heads: Iterable[str]) -> None:
+        """Makes and loads now every graph the `heads` (and the embeddings) need, the missing
+        ones in one child process, so no first call waits for its graph (~10-25 s each)."""
+        kinds = [graph_kind(k) for k in graphs.default_kinds(heads)]
+        missing = [k for k in kinds if self._made(k) is None]
+        if missing:
+            graphs.convert_checkpoint(self.checkpoint_dir, self._cache_folder(), missing,
+                                      self.runtime)
+        for kind in kinds:
+            if kind not in self._sessions:
+                self._sessions[kind] = self._load(kind)
 
     def __call__(self, kind, features, padded=None):
         graph = graph_kind(kind)

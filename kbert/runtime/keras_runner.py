@@ -10,6 +10,7 @@ around them.
 
 import functools
 import warnings
+from collections.abc import Iterable
 
 import keras
 from keras import ops
@@ -104,6 +105,10 @@ class ForwardPasses:
                     seen.add(id(v))
                     out.append(v)
         return out
+
+    def prepare(self, heads: Iterable[str]) -> None:
+        """Nothing to make ahead: each method compiles on its first call (one trace; on JAX,
+        one per bucket shape), in seconds."""
 
     def __call__(self, kind, features, padded):
         """Numpy features → numpy output of the `kind` pass; `padded` is the batch padded to

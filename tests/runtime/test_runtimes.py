@@ -139,6 +139,27 @@ def test_graphs_are_made_in_a_child_process(every_head, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["embed.onnx"]
 
 
+def test_prepare_makes_every_graph_in_one_child_and_no_call_waits(every_head, tmp_path,
+                                                                  monkeypatch):
+    """`Bert.prepare` (a server's `--preload`): the missing graphs of every head in one child
+    process, loaded; the methods then make nothing."""
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("KBERT_CACHE", str(tmp_path))          # no graph made yet
+    made, convert = [], graphs.convert_checkpoint
+    monkeypatch.setattr(graphs, "convert_checkpoint",
+                        lambda d, f, kinds, fmt: (made.append(list(kinds)), convert(d, f, kinds,
+                                                                                    fmt)))
+    m = kbert.load(every_head, runtime="onnx")
+    assert m.prepare() is m
+    assert True in m.tokenizer._compiled                      # fill_mask's tokenizer traced
+    assert made == [["embed", "mlm_logits", "nsp", "classifier", "tagger", "span"]]
+    assert m.prepare() is m and len(made) == 1                # all there: nothing made again
+    monkeypatch.setattr(graphs, "convert_checkpoint", None)   # a call that made one would fail
+    m.fill_mask(MASKED), m.next_sentence(TEXTS[0], TEXTS[1]), m.embed(TEXTS)
+    m.classify(TEXTS), m.tag(TEXTS), m.answer("who went ?", TEXTS[0])
+    assert m.trace_count == 6
+
+
 def test_a_graph_maker_killed_for_memory_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(graphs.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a, -9, "", ""))
