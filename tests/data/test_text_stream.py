@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from helpers import SHARED_DATA, WORDS, tiny_vocab, write_vocab
-from kbert.data import text
+from kbert.data import sentences_graph, text
 from kbert.data.sentences import read_documents, split_sentences
 from kbert.tokenizer import Tokenizer
 
@@ -53,12 +53,12 @@ def _same_words(sentences):
 
 
 def test_graph_reader_is_the_twin_of_read_documents(tmp_path):
-    graph = text.split_sentences_graph(TRICKY).to_list()
+    graph = sentences_graph.split_sentences_graph(TRICKY).to_list()
     assert [_same_words(s) for s in graph] == [_same_words(split_sentences(p)) for p in TRICKY]
     files = _corpus(str(tmp_path))
     real = sorted(glob.glob(str(SHARED_DATA / "corpus" / "wikitext2" / "00*.txt")))[:3]
     files += real + sorted(glob.glob(str(SHARED_DATA / "corpus" / "brown" / "ca0*.txt")))[:3]
-    sentences, document = text.read_group(tf.constant(files))
+    sentences, document = sentences_graph.read_group(tf.constant(files))
     documents = collections.defaultdict(list)
     for s, d in zip(sentences.numpy(), document.numpy()):
         documents[d].append(s)
