@@ -346,13 +346,17 @@ def resolve(name_or_path: str | os.PathLike) -> str:
 
 
 def read(directory: str | os.PathLike, dtype: str | None = None, head_dtype: str | None = None,
-         into: type[CheckpointT] = Contents) -> CheckpointT:  # type: ignore[assignment]
+         into: type[CheckpointT] = Contents,  # type: ignore[assignment]
+         weights: bool = True) -> CheckpointT:
     """Reads a checkpoint directory (or a checkpoint name, see `resolve`), checking every file
     and every weight's shape, into `into` (`Contents` or a subclass: `kbert.checkpoint.load`
     reads into its `Checkpoint`).
 
     dtype: the encoder's Keras dtype policy (default float32); head_dtype: the heads' (default
     the encoder's) — inference in bfloat16 keeps the heads, and so the logits, in float32.
+    weights: False reads the description only (config, vocabulary, heads' options): no Keras
+    layers are built (`backbone` is None, `heads` maps each head's name to None), for the
+    graph runtimes, which run their own copy of the weights.
     """
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
@@ -369,6 +373,10 @@ def read(directory: str | os.PathLike, dtype: str | None = None, head_dtype: str
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     if not os.path.isfile(weights_path):
         raise CheckpointError(f"{directory}: missing {WEIGHTS_FILE}")
+    if not weights:
+        options = raw.get("heads", {})
+        return into(config, vocab, bool(raw.get("do_lower_case", True)),
+                    None, dict.fromkeys(options), options, path=directory)  # type: ignore[arg-type]
     try:
         tensors = load_file(weights_path)
     except (SafetensorError, OSError) as e:

@@ -44,6 +44,7 @@ from kbert.runtime.batching import bucket_batch, bucket_length  # noqa: F401  (r
 from kbert.tokenizer import Tokenizer
 
 if TYPE_CHECKING:   # the index module loads on first search
+    from kbert.backbone import BertBackbone
     from kbert.retrieval.index import Index
 
 
@@ -53,7 +54,9 @@ class Bert:
 
     `backbone`, `heads` and `model` (a Keras task model for `fit`, `summary()`, export) share
     the same weights. `runtime` and `dtype` say what runs the passes (see `kbert.runtime`):
-    every method gives the same results on each, within the precision's tolerance.
+    every method gives the same results on each, within the precision's tolerance. On the
+    graph runtimes the Keras layers are built (and their weights read) on first use of
+    `backbone`, `heads` or `model` only: the graphs hold their own copy.
     """
 
     def __init__(self, ckpt: checkpoint_lib.Checkpoint, runtime: str = "keras",
@@ -61,8 +64,6 @@ class Bert:
                  threads: int | None = None):
         self.checkpoint = ckpt
         self.config = ckpt.config
-        self.backbone = ckpt.backbone
-        self.heads = ckpt.heads
         self.tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
         self.max_seq_length = self.config.max_position_embeddings
         self._model: keras.Model | None = None
@@ -71,14 +72,29 @@ class Bert:
         self.text_runner = TextRunner(self.tokenizer, self._runner, self.max_seq_length,
                                  self.config.hidden_size)
 
+    def _built(self) -> checkpoint_lib.Checkpoint:
+        """The checkpoint with its Keras layers (a graph runtime's is read without them)."""
+        if self.checkpoint.backbone is None:
+            self.checkpoint = checkpoint_lib.load(self.checkpoint.path, head_dtype="float32")
+        return self.checkpoint
+
+    @property
+    def backbone(self) -> BertBackbone:
+        return self._built().backbone
+
+    @property
+    def heads(self) -> dict:
+        """{name: Keras layer} of the checkpoint's heads."""
+        return self._built().heads
+
     @property
     def model(self) -> keras.Model:
         if self._model is None:
-            self._model = self.checkpoint.task_model()
+            self._model = self._built().task_model()
         return self._model
 
     def task_model(self, task: str | None = None) -> keras.Model:
-        return self.checkpoint.task_model(task)
+        return self._built().task_model(task)
 
     def prepare(self) -> Bert:
         """Makes ready now what the first call of each method would otherwise wait for: on the
@@ -89,13 +105,13 @@ class Bert:
 
         >>> kbert.load("minilm-l6-v2", runtime="onnx").prepare().embed("hi")  # doctest: +SKIP
         """
-        self._runner.prepare(list(self.heads))
+        self._runner.prepare(list(self.checkpoint.heads))
         self.embed("a")
         calls = {"mlm": lambda: self.fill_mask("a [MASK] ."),
                  "nsp": lambda: self.next_sentence("a", "b"),
                  "classifier": lambda: self.classify("a"), "tagger": lambda: self.tag("a"),
                  "span": lambda: self.answer("a ?", "a .")}
-        for head in self.heads:
+        for head in self.checkpoint.heads:
             calls.get(head, lambda: None)()
         return self
 
@@ -240,9 +256,11 @@ def load(path: str, dtype: str | None = None, runtime: str | None = None,
     if dtype is None:
         dtype = manifest["dtype"] if manifest and manifest["format"] == runtime else "float32"
     runtime, dtype = runtime_lib.resolve(runtime, dtype)
-    # bfloat16 in the encoder; the heads (so the logits) and the poolings stay float32.
+    # bfloat16 in the encoder; the heads (so the logits) and the poolings stay float32. The
+    # graph runtimes need no Keras layers (see `Bert._built`).
     ckpt = checkpoint_lib.load(directory, dtype="bfloat16" if runtime == "keras" and
-                               dtype == "bfloat16" else None, head_dtype="float32")
+                               dtype == "bfloat16" else None, head_dtype="float32",
+                               weights=runtime == "keras")
     folder = manifest["folder"] if manifest and manifest["format"] == runtime else None
     return Bert(ckpt, runtime=runtime, dtype=dtype, graphs_folder=folder, threads=threads)
 

@@ -61,10 +61,9 @@ def pairs(method: str, first: object, second: object,
     return a, b, single_a
 
 
-def require_head(ckpt: Contents, head: str, method: str) -> object:
-    """The checkpoint's `head` layer, or a MissingHeadError naming it and what there is."""
+def require_head(ckpt: Contents, head: str, method: str) -> None:
+    """A MissingHeadError naming `head` and what there is, where the checkpoint lacks it."""
     if head not in ckpt.heads:
         raise MissingHeadError(
             f"{method} needs a '{head}' head, but checkpoint {ckpt.path} has "
             f"{', '.join(ckpt.heads) or 'no heads'}")
-    return ckpt.heads[head]

@@ -53,7 +53,7 @@ def identity(model: Bert) -> dict:
         stat = os.stat(os.path.join(path, "model.safetensors"))
         key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
     if key is None or key not in _IDENTITY_CACHE:
-        digest = _weights_digest(path, model.backbone)
+        digest = _weights_digest(path, model)
         if key is not None:
             _IDENTITY_CACHE[key] = digest
     else:
@@ -65,7 +65,7 @@ def identity(model: Bert) -> dict:
             "vocab_sha256": vocab, "hidden_size": model.config.hidden_size, **options(model)}
 
 
-def _weights_digest(path: str | None, backbone: Any) -> str:
+def _weights_digest(path: str | None, model: Bert) -> str:
     """sha256 over the backbone's tensors (name, dtype, shape, bytes) in name order: from the
     checkpoint file where there is one, else from the weights in memory."""
     h = hashlib.sha256()
@@ -75,7 +75,7 @@ def _weights_digest(path: str | None, backbone: Any) -> str:
             for name in sorted(k for k in f.keys() if k.startswith("backbone/")):
                 _update(h, name, f.get_tensor(name))
         return h.hexdigest()
-    for v in sorted(backbone.weights, key=lambda v: v.path):
+    for v in sorted(model.backbone.weights, key=lambda v: v.path):
         _update(h, "backbone/" + v.path.split("/", 1)[-1], np.asarray(v.numpy()))
     return h.hexdigest()
 

@@ -37,12 +37,12 @@ def scorer(model: Bert) -> str:
     """The head `rerank` scores with: 'classifier' where present, else 'nsp'."""
     from kbert.checkpoint_format import MissingHeadError  # Keras is loaded with the model
     for head in ("classifier", "nsp"):
-        if head in model.heads:
+        if head in model.checkpoint.heads:
             return head
     raise MissingHeadError(
         f"rerank needs a cross-encoder: a 'classifier' head trained on (query, passage) pairs "
         f"or an 'nsp' head, but checkpoint {model.checkpoint.path} has "
-        f"{', '.join(model.heads) or 'no heads'}")
+        f"{', '.join(model.checkpoint.heads) or 'no heads'}")
 
 
 def pair_scores(model: Bert, queries: Sequence[str], passages: Sequence[str],

@@ -160,6 +160,20 @@ def test_prepare_makes_every_graph_in_one_child_and_no_call_waits(every_head, tm
     assert m.trace_count == 6
 
 
+def test_a_graph_runtime_builds_no_keras_layers_until_asked(every_head):
+    """The graphs hold their own copy of the weights: `kbert.load` on a graph runtime reads the
+    checkpoint's description only, and builds the Keras encoder on first use of `backbone`."""
+    pytest.importorskip("onnxruntime")
+    m = kbert.load(every_head, runtime="onnx")
+    assert m.checkpoint.backbone is None
+    m.embed(TEXTS), m.fill_mask(MASKED), m.classify(TEXTS), m.answer("who went ?", TEXTS[0])
+    assert m.rerank("who went ?", TEXTS)[0]["index"] in range(len(TEXTS))
+    assert m.checkpoint.backbone is None                      # every method ran on the graphs
+    assert m.backbone is m.checkpoint.backbone is not None    # built on first use
+    assert sorted(m.heads) == sorted(m.checkpoint.head_options)
+    assert isinstance(m.model, keras.Model)
+
+
 def test_a_graph_maker_killed_for_memory_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(graphs.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a, -9, "", ""))
