@@ -373,22 +373,21 @@ def read(directory: str | os.PathLike, dtype: str | None = None, head_dtype: str
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     if not os.path.isfile(weights_path):
         raise CheckpointError(f"{directory}: missing {WEIGHTS_FILE}")
+    head_options = raw.get("heads", {})
+    lower_case = bool(raw.get("do_lower_case", True))
     if not weights:
-        options = raw.get("heads", {})
-        return into(config, vocab, bool(raw.get("do_lower_case", True)),
-                    None, dict.fromkeys(options), options, path=directory)  # type: ignore[arg-type]
+        return into(config, vocab, lower_case, None,  # type: ignore[arg-type]
+                    dict.fromkeys(head_options), head_options, path=directory)
     try:
         tensors = load_file(weights_path)
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{weights_path}: unreadable weights ({e})") from None
 
-    head_options = raw.get("heads", {})
     backbone = BertBackbone(config, dtype=dtype)
     heads = {name: make_head(name, backbone, opts, head_dtype)
              for name, opts in head_options.items()}
     assign(named_variables(backbone, heads), tensors, source=weights_path)
-    return into(config, vocab, bool(raw.get("do_lower_case", True)), backbone, heads,
-                      head_options, path=directory)
+    return into(config, vocab, lower_case, backbone, heads, head_options, path=directory)
 
 
 def assign(variables: dict[str, Any], tensors: dict[str, Any], source: str = "weights",

@@ -95,7 +95,7 @@ class GraphRunner:
     def prepare(self, heads: Iterable[str]) -> None:
         """Makes and loads now every graph the `heads` (and the embeddings) need, the missing
         ones in one child process, so no first call waits for its graph (~10-25 s each)."""
-        kinds = [graph_kind(k) for k in graphs.default_kinds(heads)]
+        kinds = graphs.default_kinds(heads)           # graph names already (no k-best kinds)
         missing = [k for k in kinds if self._made(k) is None]
         if missing:
             graphs.convert_checkpoint(self.checkpoint_dir, self._cache_folder(), missing,
