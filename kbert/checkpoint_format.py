@@ -4,28 +4,24 @@ hold (`read`, `write`). `kbert.checkpoint` adds the task models on top; this mod
 so the task models' own `from_checkpoint`/`save_checkpoint` read and write through it.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import keras
 import numpy as np
 
-from kbert.backbone import BertBackbone
 from kbert.config import BertConfig, read_vocab, shown, write_vocab
-from kbert.heads import (
-    ClassificationHead,
-    LeftToRightLMHead,
-    MaskedLMHead,
-    MultipleChoiceHead,
-    NextSentenceHead,
-    SpanHead,
-    TokenClassificationHead,
-)
+
+if TYPE_CHECKING:
+    import keras
+
+    from kbert.backbone import BertBackbone
 
 WEIGHTS_FILE = "model.safetensors"
 HEAD_NAMES = ("mlm", "nsp", "ltr", "classifier", "tagger", "span", "choice")
@@ -104,34 +100,38 @@ def make_head(name: str, backbone: BertBackbone, options: dict | None = None,
               dtype: Any = None) -> keras.layers.Layer:
     """A freshly built head layer of kind `name` for `backbone` (in the backbone's dtype
     policy unless `dtype` names another)."""
+    # Imported here, as `BertBackbone` in `read`: a checkpoint's description (what a graph
+    # runtime reads) needs no Keras, so such a process never imports Keras or TensorFlow.
+    from kbert import heads as h
+
     options = options or {}
     c = backbone.config
     common = dict(initializer_range=c.initializer_range, name=name,
                   dtype=dtype or backbone.dtype_policy)
     if name == "mlm":
         # Some sources (keras-hub) give the MLM transform its own activation and LayerNorm epsilon.
-        head = MaskedLMHead(backbone.word_embeddings, options.get("hidden_act", c.hidden_act),
-                            options.get("layer_norm_epsilon", c.layer_norm_epsilon), **common)
+        head = h.MaskedLMHead(backbone.word_embeddings, options.get("hidden_act", c.hidden_act),
+                              options.get("layer_norm_epsilon", c.layer_norm_epsilon), **common)
         head.build((None, None, c.hidden_size))
     elif name == "ltr":
-        head = LeftToRightLMHead(backbone.word_embeddings, c.hidden_act, c.layer_norm_epsilon,
-                                 **common)
+        head = h.LeftToRightLMHead(backbone.word_embeddings, c.hidden_act, c.layer_norm_epsilon,
+                                   **common)
         head.build((None, None, c.hidden_size))
     elif name == "nsp":
-        head = NextSentenceHead(**common)
+        head = h.NextSentenceHead(**common)
         head.build((None, c.hidden_size))
     elif name == "span":
-        head = SpanHead(**common)
+        head = h.SpanHead(**common)
         head.build((None, None, c.hidden_size))
     elif name == "choice":
-        head = MultipleChoiceHead(dropout=c.dropout, **common)
+        head = h.MultipleChoiceHead(dropout=c.dropout, **common)
         head.build((None, c.hidden_size))
     elif name in ("classifier", "tagger"):
         labels = options.get("labels")
         units = options.get("num_labels") or (len(labels) if labels else None)
         if not units:
             raise CheckpointError(f"the {name} head needs 'labels' or 'num_labels' in config.json")
-        cls = ClassificationHead if name == "classifier" else TokenClassificationHead
+        cls = h.ClassificationHead if name == "classifier" else h.TokenClassificationHead
         head = cls(units, dropout=c.dropout, **common)
         head.build((None, c.hidden_size))
     else:
@@ -382,6 +382,8 @@ def read(directory: str | os.PathLike, dtype: str | None = None, head_dtype: str
         tensors = load_file(weights_path)
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{weights_path}: unreadable weights ({e})") from None
+
+    from kbert.backbone import BertBackbone  # see `make_head`: no Keras for a description
 
     backbone = BertBackbone(config, dtype=dtype)
     heads = {name: make_head(name, backbone, opts, head_dtype)

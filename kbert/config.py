@@ -20,6 +20,7 @@ _PRESET_SHAPES = {
 PRESETS = tuple(_PRESET_SHAPES)
 log = logging.getLogger(__name__)
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+MAX_CHARS_PER_WORD = 100  # longer words become [UNK], as in google-research/bert
 # A reranker's classifier labels (`kbert.BertReranker`): how a checkpoint says it is one.
 RELEVANCE_LABELS = ["irrelevant", "relevant"]
 

@@ -23,12 +23,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import keras
 import numpy as np
 
-from kbert import checkpoint as checkpoint_lib
+from kbert import checkpoint_format
 from kbert import runtime as runtime_lib
-from kbert.checkpoint_format import MissingHeadError
+from kbert.checkpoint_format import Contents, MissingHeadError
 from kbert.inference import (
     classification,
     embeddings,
@@ -44,7 +43,10 @@ from kbert.runtime.batching import bucket_batch, bucket_length  # noqa: F401  (r
 from kbert.tokenizer import Tokenizer
 
 if TYPE_CHECKING:   # the index module loads on first search
+    import keras
+
     from kbert.backbone import BertBackbone
+    from kbert.checkpoint import Checkpoint
     from kbert.retrieval.index import Index
 
 
@@ -59,12 +61,15 @@ class Bert:
     `backbone`, `heads` or `model` only: the graphs hold their own copy.
     """
 
-    def __init__(self, ckpt: checkpoint_lib.Checkpoint, runtime: str = "keras",
+    def __init__(self, ckpt: Contents, runtime: str = "keras",
                  dtype: str = "float32", graphs_folder: str | None = None,
                  threads: int | None = None):
         self.checkpoint = ckpt
         self.config = ckpt.config
-        self.tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
+        # A graph runtime's tokenizer builds its TensorFlow routes on first use only (see
+        # `Tokenizer`): with the graphs made, such a process imports neither Keras nor TF.
+        self.tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case,
+                                   graph=runtime == "keras")
         self.max_seq_length = self.config.max_position_embeddings
         self._model: keras.Model | None = None
         self.runtime, self.dtype = runtime, dtype
@@ -72,11 +77,14 @@ class Bert:
         self.text_runner = TextRunner(self.tokenizer, self._runner, self.max_seq_length,
                                  self.config.hidden_size)
 
-    def _built(self) -> checkpoint_lib.Checkpoint:
+    def _built(self) -> Checkpoint:
         """The checkpoint with its Keras layers (a graph runtime's is read without them)."""
         if self.checkpoint.backbone is None:
+            # Imported here: a graph runtime's process imports Keras (and TensorFlow) only
+            # when asked for the Keras layers.
+            from kbert import checkpoint as checkpoint_lib
             self.checkpoint = checkpoint_lib.load(self.checkpoint.path, head_dtype="float32")
-        return self.checkpoint
+        return self.checkpoint  # type: ignore[return-value]
 
     @property
     def backbone(self) -> BertBackbone:
@@ -99,13 +107,15 @@ class Bert:
     def prepare(self) -> Bert:
         """Makes ready now what the first call of each method would otherwise wait for: on the
         "openvino" and "onnx" runtimes every graph the checkpoint's heads serve, made once per
-        machine (in one child process) and loaded; then one small call of each method, which
-        traces the tokenizer's routes and the Keras passes (on JAX, for the smallest bucket).
+        machine (in one child process) and loaded; the tokenizer's TensorFlow routes where a
+        large request takes them; then one small call of each method, which traces the Keras
+        passes (on JAX, for the smallest bucket).
         A server calls it before taking requests (`kbert app --preload`). Returns the model.
 
         >>> kbert.load("minilm-l6-v2", runtime="onnx").prepare().embed("hi")  # doctest: +SKIP
         """
         self._runner.prepare(list(self.checkpoint.heads))
+        self.tokenizer.prepare()
         self.embed("a")
         calls = {"mlm": lambda: self.fill_mask("a [MASK] ."),
                  "nsp": lambda: self.next_sentence("a", "b"),
@@ -249,7 +259,7 @@ def load(path: str, dtype: str | None = None, runtime: str | None = None,
     threads: at most this many threads for the OpenVINO / ONNX Runtime graphs (default: all
         cores).
     """
-    directory = checkpoint_lib.resolve(path)
+    directory = checkpoint_format.resolve(path)
     manifest = graphs.read_manifest(directory)
     if runtime is None or (runtime == "auto" and manifest):
         runtime = manifest["format"] if manifest else "keras"
@@ -258,9 +268,12 @@ def load(path: str, dtype: str | None = None, runtime: str | None = None,
     runtime, dtype = runtime_lib.resolve(runtime, dtype)
     # bfloat16 in the encoder; the heads (so the logits) and the poolings stay float32. The
     # graph runtimes need no Keras layers (see `Bert._built`).
-    ckpt = checkpoint_lib.load(directory, dtype="bfloat16" if runtime == "keras" and
-                               dtype == "bfloat16" else None, head_dtype="float32",
-                               weights=runtime == "keras")
+    if runtime == "keras":
+        from kbert import checkpoint as checkpoint_lib  # Keras: see `Bert._built`
+        ckpt: Contents = checkpoint_lib.load(directory, head_dtype="float32",
+                                             dtype="bfloat16" if dtype == "bfloat16" else None)
+    else:
+        ckpt = checkpoint_format.read(directory, weights=False)
     folder = manifest["folder"] if manifest and manifest["format"] == runtime else None
     return Bert(ckpt, runtime=runtime, dtype=dtype, graphs_folder=folder, threads=threads)
 

@@ -180,7 +180,7 @@ def _tokenize_contexts(tokenizer, contexts, questions=()):
         question_ids, rows = [ids for ids, _, _ in rows[:len(questions)]], rows[len(questions):]
     else:
         if questions:
-            question_ids = tokenizer.tokenize(list(questions)).to_list()
+            question_ids = tokenizer.encode_batch(list(questions), mask_literal=False)
         rows = [row for i in range(0, len(unique), CHUNK)
                 for row in tokenizer.batch_tokenize_with_char_offsets(unique[i:i + CHUNK])]
     out = {text: (ids, np.asarray(starts, np.int64), np.asarray(ends, np.int64))

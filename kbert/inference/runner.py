@@ -5,13 +5,14 @@ and run through the forward pass that `kbert.runtime` chose (precision and runti
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import keras
 import numpy as np
 
 from kbert.runtime.batching import bucket_batch, bucket_length, pad_batch, plan_batches
-from kbert.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from kbert.tokenizer import Tokenizer
 
 Batch = tuple[np.ndarray, dict, Any]     # (example indices, packed features, pass output)
 
@@ -40,7 +41,7 @@ class TextRunner:
         length = max(width, bucket_length(width, self.max_seq_length))
         rows = bucket_batch(n, batch_size)
         out = self.runner(kind, features, pad_batch(features, rows, length, self._fill_row))
-        return keras.tree.map_structure(lambda x: x[:n], out)
+        return _first_rows(out, n)
 
     def plan(self, lengths: Sequence[int] | np.ndarray, batch_size: int) -> list[np.ndarray]:
         """Example indices per batch, sorted by length (split where the runtime does not pad)."""
@@ -66,3 +67,12 @@ class TextRunner:
                 features.update(extra(idx, features))
             out.append((idx, features, self.run(kind, features, batch_size)))
         return out
+
+
+def _first_rows(out: Any, n: int) -> Any:
+    """The first `n` rows of each array in a pass's output (an array or a tuple of them)."""
+    if isinstance(out, (tuple, list)):
+        return type(out)(_first_rows(x, n) for x in out)
+    if isinstance(out, dict):
+        return {k: _first_rows(v, n) for k, v in out.items()}
+    return out[:n]

@@ -4,7 +4,7 @@
 batch in, the pass's numpy output out. Graphs have dynamic batch and length, so batches run at
 their packed shape (no bucket padding). `fill_mask`'s ("mlm", k) pass runs the "mlm_logits"
 graph (every logit at the mask positions) and takes the k best in numpy, so one graph serves
-every k; both embeddings come from the one "embed" graph (`passes.graph_kind`).
+every k; both embeddings come from the one "embed" graph (`kinds.graph_kind`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from kbert import hardware
 from kbert.runtime import graphs
-from kbert.runtime.passes import Kind, graph_kind, input_names, kind_name
+from kbert.runtime.kinds import Kind, graph_kind, input_names, kind_name
 
 OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16", "int8": None}
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -32,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kbert.runtime.passes import EMBED_KINDS, HEAD_KINDS, Kind, input_names, kind_name
+from kbert.checkpoint_format import WEIGHTS_FILE
+from kbert.runtime.kinds import EMBED_KINDS, HEAD_KINDS, Kind, input_names, kind_name
 
 if TYPE_CHECKING:
     from kbert.backbone import BertBackbone
@@ -71,7 +73,6 @@ def sha256_file(path: str) -> str:
 
 def fingerprint(directory: str) -> str:
     """The checkpoint's identity: a hash of its config, vocabulary and weights."""
-    from kbert.checkpoint import WEIGHTS_FILE
     parts = [sha256_file(os.path.join(directory, name))
              for name in ("config.json", "vocab.txt", WEIGHTS_FILE)]
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:20]
@@ -173,6 +174,10 @@ def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: 
     protobuf frees them (the graphs are small, the time is the same). And tf2onnx deep-copies
     the graph before each optimizer, to go on without one that fails (TF2ONNX_CATCH_ERRORS:
     any value turns it off); a failing optimizer fails the conversion instead."""
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ExportError(f"making the {fmt} graphs needs TensorFlow (pip install "
+                          f"'kbert[tensorflow]'); without it, load an export directory made "
+                          f"elsewhere (kbert export CKPT --format {fmt} --output DIR)")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=path)   # this same kbert

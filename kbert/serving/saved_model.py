@@ -134,7 +134,7 @@ def _write(ckpt, names, output, version, options):
     sig = Signatures(ckpt, options)
     root = tf.Module()
     root.weights = sig.variables
-    root.wordpiece = sig.tokenizer._wordpiece             # its vocabulary table
+    root.wordpiece = sig.tokenizer.graph.wordpiece            # its vocabulary table
     root.vocab = tf.saved_model.Asset(os.path.join(ckpt.path, "vocab.txt"))
     functions = {}
     for name in names:

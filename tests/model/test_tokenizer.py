@@ -62,10 +62,13 @@ def hf(vocab_path):
 
 @pytest.fixture(params=["tensorflow", "rust"])
 def route(request, monkeypatch):
-    """Small requests go to the Rust tokenizer where `tokenizers` is installed; "tensorflow"
-    sends them through TensorFlow's routes, as a large batch goes."""
+    """Small requests go to the Rust tokenizer where `tokenizers` is installed, large ones to
+    TensorFlow's routes; "tensorflow" sends every request through TensorFlow, "rust" every one
+    through Rust (what a process without TensorFlow does: `Tokenizer(graph=False)`)."""
     if request.param == "rust":
         pytest.importorskip("tokenizers")
+        monkeypatch.setattr(tokenizer_module, "_SMALL_TEXTS", 10**9)
+        monkeypatch.setattr(tokenizer_module, "_SMALL_CHARS", 10**9)
     else:
         monkeypatch.setattr(tokenizer_module, "_SMALL_TEXTS", 0)
     return request.param
@@ -88,8 +91,9 @@ def test_hard_cases_ids_and_offsets_equal_hf(tok, hf, text, route):
 def test_a_small_request_takes_the_rust_tokenizer_and_a_large_one_tensorflow(tok, monkeypatch):
     pytest.importorskip("tokenizers")
     calls = []
-    monkeypatch.setattr(tok, "_fast_ids", lambda texts: calls.append(len(texts)) or
-                        type(tok)._ids_and_long_runs(tok, texts))
+    graph = tok.graph
+    monkeypatch.setattr(graph, "_fast_ids", lambda texts: calls.append(len(texts)) or
+                        type(graph)._ids_and_long_runs(graph, texts))
     question = "Which NFL team represented the AFC at Super Bowl 50?"
     want = tok.tokenize([question]).to_list()[0]
     calls.clear()
@@ -98,7 +102,9 @@ def test_a_small_request_takes_the_rust_tokenizer_and_a_large_one_tensorflow(tok
     tok.encode_batch([question] * 9)
     tok.encode_batch(["word " * 700])                # 3,500 characters
     assert calls == [9, 1]
-    assert tok.encode_batch(["a [MASK] b"]) == [[1037, tok.mask_id, 1038]]   # TensorFlow
+    assert tok.encode_batch(["a [MASK] b"]) == [[1037, tok.mask_id, 1038]]   # Rust
+    assert tok.encode_batch(["a [MASK] b"], mask_literal=False) == [[1037, 1031, 7308, 1033, 1038]]
+    assert calls == [9, 1]
 
 
 def test_hard_cases_equal_transformers_fast(tok, vocab_path):
@@ -113,6 +119,32 @@ def test_mask_literal(tok, hf):
     assert ids == hf.encode(SPECIAL_LITERALS, add_special_tokens=False).ids
     assert ids.count(tok.mask_id) == 2
     assert tok.mask_id not in tok.tokenize([SPECIAL_LITERALS]).to_list()[0]
+
+
+MASK_CASES = ["a[MASK]b", "x [MASK][MASK] y", "[mask] stays text", "[[MASK]]", "[MASK]s ##[MASK]",
+              "Ünïcödé [MASK] 東京", "a\u00a0[MASK]\u200bb", "[MASK", " [MASK] ", "[ MASK ]"]
+
+
+def test_mask_literal_on_every_route(tok, route):
+    """A literal `[MASK]` (case and all, glued to other text or not) is the mask token on the
+    Rust route as on TensorFlow's offsets route."""
+    want = tok.tokenize(MASK_CASES, mask_literal=True).to_list()
+    assert tok.encode_batch(MASK_CASES) == want
+    assert [tok.encode(t) for t in MASK_CASES] == want
+    assert sum(row.count(tok.mask_id) for row in want) == 9
+
+
+def test_a_tokenizer_without_graph_builds_its_tensorflow_routes_on_first_use(vocab_path, tok):
+    """`graph=False` (a graph runtime's): small requests never build the TensorFlow half; in
+    a process with TensorFlow loaded, a large one does (without it, Rust takes every one:
+    tests/runtime/test_runtimes.py runs such a process)."""
+    pytest.importorskip("tokenizers")
+    lazy = Tokenizer(vocab_path, graph=False)
+    assert lazy.encode_batch(["a [MASK] b"]) == [[1037, lazy.mask_id, 1038]]
+    assert lazy.batch_tokenize_with_char_offsets(["Héllo"]) == [([7592], [0], [5])]
+    assert lazy._graph is None
+    assert lazy.encode_batch(HARD_CASES) == tok.encode_batch(HARD_CASES)
+    assert lazy._graph is not None
 
 
 def test_encode_batch_fast_and_offsets_routes_equal_hf(tok, hf, route):
@@ -147,14 +179,14 @@ def test_offsets_fast_and_offsets_routes_equal_hf(tok, hf, route):
             assert ids == want.ids and list(zip(starts, ends)) == want.offsets, text
     ascii_texts = [*ASCII_CASES, SPECIAL_LITERALS]    # "[MASK]" is text unless mask_literal
     fast = [x.to_list() for x in tok.tokenize_with_offsets(ascii_texts)]
-    assert fast == [x.to_list() for x in tok._offsets_route(tf.constant(ascii_texts))]
+    assert fast == [x.to_list() for x in tok.graph._offsets_route(tf.constant(ascii_texts))]
 
 
 def test_unknown_words_keep_their_whole_span_on_both_routes():
     tiny = Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "##s"])
     texts = ["Hello worlds, xyz HELLOs!", "worlds\tqq hello", "Héllo xyz worlds"]
     fast = [x.to_list() for x in tiny.tokenize_with_offsets(texts)]
-    assert fast == [x.to_list() for x in tiny._offsets_route(tf.constant(texts))]
+    assert fast == [x.to_list() for x in tiny.graph._offsets_route(tf.constant(texts))]
     assert [rows[0] for rows in fast] == [[5, 6, 7, 1, 1, 5, 7, 1], [0, 6, 11, 12, 14, 18, 23, 24],
                                           [5, 11, 12, 13, 17, 23, 24, 25]]
 
@@ -171,7 +203,7 @@ def test_byte_and_char_offsets(tok):
 def test_in_graph_and_savedmodel(tok, tmp_path):
     class Module(tf.Module):
         def __init__(self):
-            self.tok = tok._wordpiece
+            self.tok = tok.graph.wordpiece
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def tokenize(self, texts):

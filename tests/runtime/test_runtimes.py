@@ -151,7 +151,7 @@ def test_prepare_makes_every_graph_in_one_child_and_no_call_waits(every_head, tm
                                                                                     fmt)))
     m = kbert.load(every_head, runtime="onnx")
     assert m.prepare() is m
-    assert True in m.tokenizer._compiled                      # fill_mask's tokenizer traced
+    assert True in m.tokenizer.graph._compiled                # a large fill_mask's route traced
     assert made == [["embed", "mlm_logits", "nsp", "classifier", "tagger", "span"]]
     assert m.prepare() is m and len(made) == 1                # all there: nothing made again
     monkeypatch.setattr(graphs, "convert_checkpoint", None)   # a call that made one would fail
@@ -172,6 +172,55 @@ def test_a_graph_runtime_builds_no_keras_layers_until_asked(every_head):
     assert m.backbone is m.checkpoint.backbone is not None    # built on first use
     assert sorted(m.heads) == sorted(m.checkpoint.head_options)
     assert isinstance(m.model, keras.Model)
+
+
+_WITHOUT_TENSORFLOW = """
+import json, sys
+import kbert
+m = kbert.load(sys.argv[1], runtime="onnx")
+texts, masked = json.loads(sys.argv[2])
+out = {"embed": m.embed(texts, pooling="mean").tolist(), "fill": m.fill_mask(masked, top_k=2),
+       "classify": m.classify(texts), "tag": m.tag(texts), "nsp": m.next_sentence(texts, texts),
+       "answer": m.answer(["who went ?"] * len(texts), texts),
+       "search": m.search(texts[0], texts, top_k=3), "one": m.embed(texts[0]).tolist()}
+out["imported"] = sorted(set(sys.modules) & {"tensorflow", "keras", "jax", "torch"})
+print(json.dumps(out))
+"""
+
+
+def test_a_graph_runtime_process_imports_neither_keras_nor_tensorflow(every_head):
+    """With its graphs made, a graph runtime's process reads the checkpoint's description,
+    tokenizes with the Rust tokenizer and runs ONNX Runtime: no Keras, no TensorFlow (a fresh
+    `kbert index search --runtime onnx` in under a second), and the same results as a process
+    with TensorFlow's tokenizer routes (batches over the Rust tokenizer's small size)."""
+    pytest.importorskip("onnxruntime"), pytest.importorskip("tokenizers")
+    texts, masked = TEXTS * 3, MASKED * 3
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, every_head,
+                           json.dumps([texts, masked])], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    def rounded(value):     # ONNX Runtime's floats, compared to 5 decimals
+        return json.dumps(json.loads(json.dumps(value), parse_float=lambda x: round(float(x), 5)),
+                          sort_keys=True)
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["imported"] == []
+    m = kbert.load(every_head, runtime="onnx")
+    np.testing.assert_allclose(got["embed"], m.embed(texts, pooling="mean"), atol=1e-6)
+    np.testing.assert_allclose(got["one"], m.embed(texts[0]), atol=1e-6)
+    want = {"fill": m.fill_mask(masked, top_k=2), "classify": m.classify(texts),
+            "tag": m.tag(texts), "nsp": m.next_sentence(texts, texts),
+            "search": m.search(texts[0], texts, top_k=3),
+            "answer": m.answer(["who went ?"] * len(texts), texts)}
+    for key, value in want.items():
+        assert rounded(got[key]) == rounded(value), key
+
+
+def test_making_graphs_without_tensorflow_is_one_line(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorflow" else real(name, *a))
+    with pytest.raises(graphs.ExportError, match=r"needs TensorFlow .*kbert export CKPT"):
+        graphs.convert_checkpoint("ckpt", str(tmp_path), ["embed"], "onnx")
 
 
 def test_a_graph_maker_killed_for_memory_is_one_line(monkeypatch, tmp_path):
