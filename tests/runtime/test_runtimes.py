@@ -175,7 +175,7 @@ def test_a_graph_runtime_builds_no_keras_layers_until_asked(every_head):
 
 
 _WITHOUT_TENSORFLOW = """
-import json, sys
+import importlib.util, json, sys
 import kbert
 m = kbert.load(sys.argv[1], runtime="onnx")
 texts, masked = json.loads(sys.argv[2])
@@ -183,6 +183,10 @@ out = {"embed": m.embed(texts, pooling="mean").tolist(), "fill": m.fill_mask(mas
        "classify": m.classify(texts), "tag": m.tag(texts), "nsp": m.next_sentence(texts, texts),
        "answer": m.answer(["who went ?"] * len(texts), texts),
        "search": m.search(texts[0], texts, top_k=3), "one": m.embed(texts[0]).tolist()}
+if importlib.util.find_spec("gradio"):     # the playground on the same runtime
+    from app import server
+    demo, registry = server.build(models=[sys.argv[1]], models_dir="", runtime="onnx")
+    registry.get(registry.names[0]).prepare()
 out["imported"] = sorted(set(sys.modules) & {"tensorflow", "keras", "jax", "torch"})
 print(json.dumps(out))
 """
@@ -191,13 +195,14 @@ print(json.dumps(out))
 def test_a_graph_runtime_process_imports_neither_keras_nor_tensorflow(every_head):
     """With its graphs made, a graph runtime's process reads the checkpoint's description,
     tokenizes with the Rust tokenizer and runs ONNX Runtime: no Keras, no TensorFlow (a fresh
-    `kbert index search --runtime onnx` in under a second), and the same results as a process
-    with TensorFlow's tokenizer routes (batches over the Rust tokenizer's small size)."""
+    `kbert index search --runtime onnx` in under a second; the playground too), and the same
+    results as a process with TensorFlow's tokenizer routes (batches over the Rust tokenizer's
+    small size)."""
     pytest.importorskip("onnxruntime"), pytest.importorskip("tokenizers")
     texts, masked = TEXTS * 3, MASKED * 3
     done = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, every_head,
                            json.dumps([texts, masked])], capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     def rounded(value):     # ONNX Runtime's floats, compared to 5 decimals
         return json.dumps(json.loads(json.dumps(value), parse_float=lambda x: round(float(x), 5)),
