@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kbert.checkpoint_format import replace_directory
 from kbert.retrieval import encoder as encoder_lib
 from kbert.retrieval import fusion
 from kbert.retrieval.passages import split_passages
@@ -280,7 +281,6 @@ class Index:
             with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:   # last
                 json.dump(self.manifest(), f, indent=2)
                 f.write("\n")
-            from kbert.checkpoint import replace_directory  # Keras is loaded with the model
             replace_directory(tmp, directory)                  # whole old or whole new
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

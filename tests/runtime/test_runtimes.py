@@ -183,6 +183,9 @@ out = {"embed": m.embed(texts, pooling="mean").tolist(), "fill": m.fill_mask(mas
        "classify": m.classify(texts), "tag": m.tag(texts), "nsp": m.next_sentence(texts, texts),
        "answer": m.answer(["who went ?"] * len(texts), texts),
        "search": m.search(texts[0], texts, top_k=3), "one": m.embed(texts[0]).tolist()}
+index = kbert.retrieval.Index.build(m, texts)
+index.save(sys.argv[3])
+out["index"] = kbert.retrieval.Index.load(sys.argv[3]).search(texts[1], m, top_k=2)
 if importlib.util.find_spec("gradio"):     # the playground on the same runtime
     from app import server
     demo, registry = server.build(models=[sys.argv[1]], models_dir="", runtime="onnx")
@@ -192,7 +195,7 @@ print(json.dumps(out))
 """
 
 
-def test_a_graph_runtime_process_imports_neither_keras_nor_tensorflow(every_head):
+def test_a_graph_runtime_process_imports_neither_keras_nor_tensorflow(every_head, tmp_path):
     """With its graphs made, a graph runtime's process reads the checkpoint's description,
     tokenizes with the Rust tokenizer and runs ONNX Runtime: no Keras, no TensorFlow (a fresh
     `kbert index search --runtime onnx` in under a second; the playground too), and the same
@@ -201,8 +204,8 @@ def test_a_graph_runtime_process_imports_neither_keras_nor_tensorflow(every_head
     pytest.importorskip("onnxruntime"), pytest.importorskip("tokenizers")
     texts, masked = TEXTS * 3, MASKED * 3
     done = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, every_head,
-                           json.dumps([texts, masked])], capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+                           json.dumps([texts, masked]), str(tmp_path / "index")],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     def rounded(value):     # ONNX Runtime's floats, compared to 5 decimals
         return json.dumps(json.loads(json.dumps(value), parse_float=lambda x: round(float(x), 5)),
@@ -215,7 +218,8 @@ def test_a_graph_runtime_process_imports_neither_keras_nor_tensorflow(every_head
     want = {"fill": m.fill_mask(masked, top_k=2), "classify": m.classify(texts),
             "tag": m.tag(texts), "nsp": m.next_sentence(texts, texts),
             "search": m.search(texts[0], texts, top_k=3),
-            "answer": m.answer(["who went ?"] * len(texts), texts)}
+            "answer": m.answer(["who went ?"] * len(texts), texts),
+            "index": kbert.retrieval.Index.load(tmp_path / "index").search(texts[1], m, top_k=2)}
     for key, value in want.items():
         assert rounded(got[key]) == rounded(value), key
 
