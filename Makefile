@@ -1,10 +1,11 @@
 # Two commands do all set-up on a fresh machine:
 #   make app    - install everything, then serve the playground on the shipped checkpoints
 #   make test   - install everything, lint, run the doctests and the test suite on all three
-#                 Keras backends, and check a JAX-only install
+#                 Keras backends, and check a JAX-only and a serving-only install
 VENV ?= .venv
 PY := $(VENV)/bin/python
 JAX_VENV ?= .venv-jax
+SERVE_VENV ?= .venv-serve
 export TF_CPP_MIN_LOG_LEVEL := 3
 export GRADIO_ANALYTICS_ENABLED := False
 export HF_HUB_OFFLINE := 1
@@ -27,6 +28,14 @@ $(JAX_VENV)/.installed: requirements.txt pyproject.toml
 	$(JAX_VENV)/bin/python -m pip install -q -c requirements.txt -e ".[jax]"
 	touch $@
 
+# Only kbert[onnx] (keras, ONNX Runtime, tokenizers; no TensorFlow, JAX or PyTorch): proves an
+# ONNX export made by the full install serves without TensorFlow, with the full install's answers.
+$(SERVE_VENV)/.installed: requirements.txt pyproject.toml
+	rm -rf $(SERVE_VENV)
+	python3 -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install -q -c requirements.txt -e ".[onnx]"
+	touch $@
+
 # ruff; the import layers of docs/architecture.md (import-linter's contracts in pyproject.toml);
 # the type hints (mypy, configured in pyproject.toml) and their share of the public functions
 lint: $(VENV)/.installed
@@ -40,6 +49,10 @@ doctest: $(VENV)/.installed
 
 jax-only: $(JAX_VENV)/.installed
 	KERAS_BACKEND=jax $(JAX_VENV)/bin/python .ci/jax_only.py
+
+serve-only: $(VENV)/.installed $(SERVE_VENV)/.installed
+	dir=$$(mktemp -d) && $(PY) .ci/serve_only.py export $$dir && \
+	  $(SERVE_VENV)/bin/python .ci/serve_only.py serve $$dir; rc=$$?; rm -rf $$dir; exit $$rc
 
 # Debian's Chromium for the playground's browser test (Playwright drives it; no browser download).
 # Best effort: without apt or root the test skips and everything else still runs.
@@ -55,9 +68,9 @@ app: $(VENV)/.installed
 	$(PY) -m app
 
 # The docstring examples (--doctest-modules kbert) run in the TensorFlow pass.
-test: $(VENV)/.installed browser lint jax-only
+test: $(VENV)/.installed browser lint jax-only serve-only
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --doctest-modules tests kbert
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m multibackend tests
 	KERAS_BACKEND=torch $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m multibackend tests
 
-.PHONY: install browser app test lint doctest jax-only
+.PHONY: install browser app test lint doctest jax-only serve-only
