@@ -183,6 +183,8 @@ out = {"embed": m.embed(texts, pooling="mean").tolist(), "fill": m.fill_mask(mas
        "classify": m.classify(texts), "tag": m.tag(texts), "nsp": m.next_sentence(texts, texts),
        "answer": m.answer(["who went ?"] * len(texts), texts),
        "search": m.search(texts[0], texts, top_k=3), "one": m.embed(texts[0]).tolist()}
+if importlib.util.find_spec("openvino"):
+    out["openvino"] = kbert.load(sys.argv[1], runtime="openvino").embed(texts).tolist()
 index = kbert.retrieval.Index.build(m, texts)
 index.save(sys.argv[3])
 out["index"] = kbert.retrieval.Index.load(sys.argv[3]).search(texts[1], m, top_k=2)
@@ -215,6 +217,8 @@ def test_a_graph_runtime_process_imports_neither_keras_nor_tensorflow(every_head
     m = kbert.load(every_head, runtime="onnx")
     np.testing.assert_allclose(got["embed"], m.embed(texts, pooling="mean"), atol=1e-6)
     np.testing.assert_allclose(got["one"], m.embed(texts[0]), atol=1e-6)
+    if "openvino" in got:
+        np.testing.assert_allclose(got["openvino"], m.embed(texts), atol=1e-4)
     want = {"fill": m.fill_mask(masked, top_k=2), "classify": m.classify(texts),
             "tag": m.tag(texts), "nsp": m.next_sentence(texts, texts),
             "search": m.search(texts[0], texts, top_k=3),
