@@ -45,9 +45,11 @@ def add_index(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print the hits as one JSON list")
     for q in (b, a, s):
         q.add_argument("--runtime", choices=RUNTIME_NAMES,
-                       help="how the encoder runs (kbert.load's runtime): keras (default), "
-                            "its openvino / onnx graphs, made on first use (onnx: the fastest "
-                            "float32 indexing on a CPU), or auto (the fastest here)")
+                       help="how the encoder runs (kbert.load's runtime): keras (default; "
+                            "add and search: the runtime that built the index), its openvino / "
+                            "onnx graphs, made on first use (onnx: the fastest float32 "
+                            "indexing on a CPU, and a search in under a second without "
+                            "TensorFlow), or auto (the fastest here)")
         q.add_argument("--dtype", choices=DTYPE_NAMES,
                        help="the encoder's precision (default float32; auto: bfloat16 where the "
                             "CPU has AMX or AVX-512 BF16)")

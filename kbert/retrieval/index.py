@@ -75,7 +75,8 @@ class Index:
 
     def __init__(self, vectors: np.ndarray, passages: list[dict], encoder: dict,
                  approximate: bool = False, hybrid: bool = False, path: str | None = None,
-                 split: bool = True, dense_weight: float = fusion.DENSE_WEIGHT) -> None:
+                 split: bool = True, dense_weight: float = fusion.DENSE_WEIGHT,
+                 runtime: str | None = None) -> None:
         self.vectors = np.ascontiguousarray(vectors, np.float32)
         self.passages = passages
         self.encoder = encoder
@@ -84,6 +85,7 @@ class Index:
         self.split = bool(split)
         self.dense_weight = float(dense_weight)
         self.path = path
+        self.runtime = runtime           # what ran the encoder last (`load_encoder`'s default)
         self.notes: list[str] = []       # what building or adding did (texts split)
         self._bm25: BM25 | None = None
         self._ann: Any = None
@@ -112,6 +114,7 @@ class Index:
         if metadata is not None and len(metadata) != len(texts):
             raise ValueError(f"index: {len(metadata)} metadata records for {len(texts)} texts")
         self.check_encoder(model)
+        self.runtime = model.runtime
         limit = self.encoder["max_seq_length"] - 2         # [CLS] and [SEP]
         overlap = min(overlap, limit // 4)                  # short encoders: a quarter
         passages, split = split_passages(model.tokenizer, texts, limit if self.split else
@@ -236,9 +239,17 @@ class Index:
 
     def load_encoder(self, runtime: str | None = None, dtype: str | None = None) -> Bert:
         """The encoder the manifest names, loaded by path (else by name), with `kbert.load`'s
-        `runtime` and `dtype`."""
+        `runtime` and `dtype`. `runtime` defaults to the one that built the index where its
+        package is installed (an index built through ONNX Runtime is searched through it:
+        from a fresh shell in under a second, without TensorFlow), else Keras."""
         import kbert
-        from kbert.runtime.options import RuntimeOptionError
+        from kbert.runtime.options import RuntimeOptionError, require_package
+        if runtime is None and self.runtime not in (None, "keras"):
+            try:
+                require_package(self.runtime)
+                runtime = self.runtime
+            except RuntimeOptionError:
+                pass                            # not installed here: Keras
         for where in (self.encoder.get("path"), self.encoder.get("name")):
             if where and (os.path.isdir(where) or os.sep not in where):
                 try:
@@ -256,7 +267,7 @@ class Index:
                 "passages": len(self.passages), "sources": self.sources,
                 "dimension": int(self.vectors.shape[1]), "approximate": self.approximate,
                 "hybrid": self.hybrid, "split": self.split, "dense_weight": self.dense_weight,
-                "files": [VECTORS, PASSAGES] + (
+                "runtime": self.runtime, "files": [VECTORS, PASSAGES] + (
                     [FAISS] if self.approximate else [])}
 
     def save(self, directory: str | os.PathLike) -> str:
@@ -310,7 +321,8 @@ class Index:
         index = cls(vectors, passages, manifest["encoder"], manifest["approximate"],
                     manifest["hybrid"], path=os.path.abspath(directory),
                     split=manifest.get("split", True),
-                    dense_weight=manifest.get("dense_weight", fusion.DENSE_WEIGHT))
+                    dense_weight=manifest.get("dense_weight", fusion.DENSE_WEIGHT),
+                    runtime=manifest.get("runtime"))
         if index.approximate:
             index._ann = _faiss().read_index(os.path.join(directory, FAISS))
             if index._ann.ntotal != len(passages):

@@ -72,6 +72,30 @@ def test_search_without_a_model_loads_the_recorded_encoder(encoder, tmp_path):
                                            encoder.search("who bought milk ?", PASSAGES, 2)]
 
 
+def test_the_runtime_that_built_an_index_loads_its_encoder(encoder, tmp_path, monkeypatch):
+    """`load_encoder` (search or add without a model) defaults to the runtime recorded at build
+    time where its package is installed (ONNX Runtime: a search without TensorFlow), else
+    Keras; a runtime asked for wins."""
+    import importlib.util
+
+    import kbert
+    index = Index.build(encoder, PASSAGES[:2])
+    assert index.runtime == encoder.runtime == "keras"
+    index.runtime = "onnx"                         # as if built by kbert.load(..., runtime="onnx")
+    index.save(tmp_path / "idx")
+    assert json.loads((tmp_path / "idx" / "index.json").read_text())["runtime"] == "onnx"
+    loaded, asked = Index.load(tmp_path / "idx"), []
+    monkeypatch.setattr(kbert, "load", lambda where, dtype=None, runtime=None:
+                        asked.append(runtime) or encoder)
+    real = importlib.util.find_spec
+    for installed in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: real(name, *a)
+                            if installed or name != "onnxruntime" else None)
+        loaded.load_encoder()
+    loaded.load_encoder(runtime="keras")
+    assert asked == ["onnx", None, "keras"]
+
+
 def test_long_texts_are_split_with_overlap_and_said_so(encoder):
     long = " ".join(PASSAGES)                     # ~50 tokens; the encoder reads 16
     with pytest.warns(UserWarning, match="1 of 2 texts were longer than the encoder's 16 "
