@@ -40,7 +40,6 @@ request, so that serving from ONNX or OpenVINO graphs needs no TensorFlow. Every
 the same ids and offsets, a literal `[MASK]` included (tests hold each to HF's).
 """
 
-
 from __future__ import annotations
 
 import sys
@@ -83,8 +82,6 @@ def char_index(text: str) -> np.ndarray:
     len(text)."""
     data = np.frombuffer(text.encode("utf-8"), np.uint8)
     return np.concatenate([np.cumsum((data & 0xC0) != 0x80) - 1, [len(text)]]).astype(np.int64)
-
-
 
 
 def _rust_wordpiece(vocab: Sequence[str], lower_case: bool, mask_literal: bool) -> Any:

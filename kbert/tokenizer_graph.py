@@ -201,7 +201,6 @@ class GraphWordPiece:
                  & ~tf.strings.regex_full_match(texts, _LONG_RUN))
         return ids.flat_values, starts.flat_values, ends.flat_values, ids.row_splits, exact
 
-
     def encode_batch(self, texts: list[str], mask_literal: bool = True) -> list[list[int]]:
         """Strings → one Python list of ids each, in one graph call (`Tokenizer.encode_batch`'s
         TensorFlow route)."""
