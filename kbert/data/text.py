@@ -325,15 +325,18 @@ def serve_dispatcher(port: int = 5050, work_dir: str | None = None) -> Any:
 
 
 def serve_worker(dispatcher: str, port: int = 0, worker_address: str | None = None,
-                 heartbeat_ms: int | None = None) -> Any:
+                 heartbeat_ms: int | None = None, dispatcher_timeout_ms: int | None = None) -> Any:
     """Starts a tf.data service worker of `dispatcher` (host:port); returns the server.
 
     `worker_address` is how the trainer reaches this worker (`host:%port%`, the default
     `localhost:%port%` only serves a trainer on the same host). The process has kbert (and so
-    tensorflow_text, whose ops the pipeline uses) imported.
+    tensorflow_text, whose ops the pipeline uses) imported. `dispatcher_timeout_ms` bounds how
+    long a call to the dispatcher is retried (TensorFlow's default: an hour), and so how long
+    stopping a worker can wait for one.
     """
     dispatcher = dispatcher.split("://")[-1]
     config = tf.data.experimental.service.WorkerConfig(
         dispatcher_address=dispatcher, port=port,
-        worker_address=worker_address or "localhost:%port%", heartbeat_interval_ms=heartbeat_ms)
+        worker_address=worker_address or "localhost:%port%", heartbeat_interval_ms=heartbeat_ms,
+        dispatcher_timeout_ms=dispatcher_timeout_ms)
     return tf.data.experimental.service.WorkerServer(config)

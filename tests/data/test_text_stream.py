@@ -160,7 +160,10 @@ def service():
     """A tf.data service on localhost: a dispatcher and two workers, in this process (one for the
     module: starting and stopping them takes seconds)."""
     dispatcher = text.serve_dispatcher(0)
-    workers = [text.serve_worker(dispatcher.target, heartbeat_ms=50) for _ in range(2)]
+    # Stopping a worker once hung (its destructor joining its threads); a dispatcher timeout
+    # bounds their calls' retries, TensorFlow's default being an hour.
+    workers = [text.serve_worker(dispatcher.target, heartbeat_ms=50, dispatcher_timeout_ms=5000)
+               for _ in range(2)]
     yield dispatcher.target
     for server in (*workers, dispatcher):     # workers first: they report to the dispatcher
         server.stop()
