@@ -63,6 +63,12 @@ class GraphWordPiece:
     def __init__(self, vocab: Sequence[str], token_to_id: dict[str, int], lower_case: bool,
                  unk_id: int, mask_id: int) -> None:
         self.lower_case, self.unk_id, self.mask_id = lower_case, unk_id, mask_id
+        # Eagerly even where first asked for inside a traced function (`Tokenizer(graph=False)`
+        # in a tf.function): later traces capture its tables and the fast tokenizer's model.
+        with tf.init_scope():
+            self._build(vocab, token_to_id)
+
+    def _build(self, vocab: Sequence[str], token_to_id: dict[str, int]) -> None:
         # Keys once each: a token listed twice maps to its later line, as in transformers.
         table = tf.lookup.StaticVocabularyTable(
             tf.lookup.KeyValueTensorInitializer(

@@ -145,6 +145,11 @@ def test_a_tokenizer_without_graph_builds_its_tensorflow_routes_on_first_use(voc
     assert lazy._graph is None
     assert lazy.encode_batch(HARD_CASES) == tok.encode_batch(HARD_CASES)
     assert lazy._graph is not None
+    traced = Tokenizer(vocab_path, graph=False)       # first asked for inside a trace
+    padded = tf.function(lambda texts: traced.tokenize(texts).to_tensor())
+    assert padded(tf.constant(["Héllo wörld", "a"])).numpy().tolist() == \
+        tok.tokenize(["Héllo wörld", "a"]).to_tensor().numpy().tolist()
+    assert padded(tf.constant(["b"])).numpy().tolist() == tok.tokenize(["b"]).to_list()
 
 
 def test_encode_batch_fast_and_offsets_routes_equal_hf(tok, hf, route):
