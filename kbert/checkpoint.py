@@ -124,15 +124,14 @@ def save(directory: str | os.PathLike, model: keras.Model | None = None,
 
 
 def load(directory: str | os.PathLike, dtype: str | None = None,
-         head_dtype: str | None = None, weights: bool = True) -> Checkpoint:
+         head_dtype: str | None = None) -> Checkpoint:
     """Reads a checkpoint directory (or a checkpoint name, see `resolve`), checking every file
     and every weight's shape.
 
     dtype: the encoder's Keras dtype policy (default float32); head_dtype: the heads' (default
     the encoder's) — inference in bfloat16 keeps the heads, and so the logits, in float32.
-    weights: False reads only the description (see `checkpoint_format.read`).
     """
-    return read(directory, dtype, head_dtype, into=Checkpoint, weights=weights)
+    return read(directory, dtype, head_dtype, into=Checkpoint)
 
 
 __all__ = ["HEAD_NAMES", "TASK_MODELS", "WEIGHTS_FILE", "Checkpoint", "CheckpointError",

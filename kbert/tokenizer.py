@@ -202,14 +202,25 @@ class Tokenizer:
 
     def _rust_route(self, texts: list[str], mask_literal: bool) -> Any:
         """The Rust tokenizer for `texts` where it is the route to take, else None: for a small
-        request (a few short texts), and for every request of a tokenizer whose TensorFlow
-        routes are not built in a process without TensorFlow (`graph=False`). Never for a
-        vocabulary with a repeated token."""
-        if not self._unique or self._rust.get(mask_literal) is False or \
-                not all(isinstance(t, str) for t in texts):
+        request (a few short texts), and for every request where large ones do not take
+        TensorFlow's routes (`_large_take_tensorflow`)."""
+        if not all(isinstance(t, str) for t in texts):
             return None
         small = len(texts) <= _SMALL_TEXTS and sum(len(t) for t in texts) <= _SMALL_CHARS
-        if not small and (self._graph is not None or "tensorflow" in sys.modules):
+        return self._rust_tokenizer(mask_literal) if small or not self._large_take_tensorflow() \
+            else None
+
+    def _large_take_tensorflow(self) -> bool:
+        """Whether a large request takes TensorFlow's batched routes: where they are built or
+        TensorFlow is loaded anyway (a `graph=False` tokenizer in a process without it takes
+        the Rust tokenizer), or where there is no Rust tokenizer."""
+        return (self._graph is not None or "tensorflow" in sys.modules
+                or self._rust_tokenizer(True) is None)
+
+    def _rust_tokenizer(self, mask_literal: bool) -> Any:
+        """HF `tokenizers`' pipeline (built once per `mask_literal`), or None where it is not
+        installed or the vocabulary has a repeated token (ids are line numbers there)."""
+        if not self._unique:
             return None
         if mask_literal not in self._rust:
             self._rust[mask_literal] = _rust_wordpiece(self.vocab, self.lower_case,
@@ -219,7 +230,7 @@ class Tokenizer:
     def prepare(self) -> None:
         """Builds and traces now the TensorFlow routes this process's large requests take
         (nothing where they take the Rust tokenizer), so that no request waits for them."""
-        if self._rust_route(["a"] * (_SMALL_TEXTS + 1), mask_literal=True) is None:
+        if self._large_take_tensorflow():
             self.graph.encode_batch(["a [MASK] ."])
             self.graph.offsets_batch(["é ."])
 
