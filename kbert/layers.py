@@ -105,30 +105,53 @@ class Dense(keras.layers.Dense):
 
 @keras.saving.register_keras_serializable(package="kbert")
 class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` whose TensorFlow mask is drawn from 16 random bits per element.
+    """`keras.layers.Dropout` whose mask is drawn from 16 random bits per element.
 
-    Keras' TensorFlow dropout draws a float32 uniform per element (`stateless_dropout`); the
-    random-number generator is most of dropout's cost, and dropout ~14% of a training step
-    (attention probabilities [B, N, T, T]). Here one uint32 draw gives two 16-bit uniforms:
-    half the draws, 0.6x the time (with and without XLA); elements are dropped with
-    probability round(rate·65536)/65536 (within 1e-5 of `rate`), the kept ones scaled by
-    1/(1 − rate), seeded by the layer's `SeedGenerator` as Keras' own. Other backends, and a
+    Keras' TensorFlow dropout draws a float32 uniform per element (`stateless_dropout`), its
+    PyTorch dropout a float32 Bernoulli; the random-number generator is most of dropout's cost,
+    and dropout ~14% of a training step (attention probabilities [B, N, T, T]). On TensorFlow
+    one uint32 draw gives two 16-bit uniforms: half the draws, 0.6x the time (with and without
+    XLA); on PyTorch 15 bits of an int64 draw (`_torch_dropout`). Elements are dropped with
+    probability round(rate·65536)/65536 (within 1e-5 of `rate`; on PyTorch
+    round(rate·32768)/32768, within 2e-5), the kept ones scaled by 1/(1 − rate),
+    seeded by the layer's `SeedGenerator` as Keras' own. JAX (XLA fuses its own), and a
     `noise_shape`, use Keras' path.
     """
 
     def call(self, inputs: Tensor, training: bool = False) -> Tensor:
+        backend = keras.backend.backend()
         if (not training or not 0 < self.rate < 1 or self.noise_shape is not None
-                or keras.backend.backend() != "tensorflow"):
+                or backend not in ("tensorflow", "torch")):
             return super().call(inputs, training=training)
+        threshold = min(round(self.rate * 65536), 65535)
+        scale = 1.0 / (1.0 - self.rate)
+        if backend == "torch":
+            return self._torch_dropout(inputs, scale)
         import tensorflow as tf
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), 2 ** 31 - 1), tf.int32)
         size = tf.size(inputs)
         bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None,
                                            maxval=None, dtype=tf.uint32)
         uniform16 = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
-        keep = tf.reshape(uniform16, tf.shape(inputs)) >= min(round(self.rate * 65536), 65535)
-        scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
-        return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
+        keep = tf.reshape(uniform16, tf.shape(inputs)) >= threshold
+        return tf.where(keep, inputs * tf.cast(scale, inputs.dtype), tf.zeros_like(inputs))
+
+
+    def _torch_dropout(self, inputs: Tensor, scale: float) -> Tensor:
+        """PyTorch's mask: 15 random bits per element, four to one int64 draw (`random_`
+        leaves each int64's sign bit 0): [32, 4, 128, 128] 5.5 ms in all against 12 for
+        Keras' float32 Bernoulli, 6.3 for int16 `randint`. Seeded from the layer's
+        `SeedGenerator` as Keras' own torch random functions are."""
+        import torch
+        first, second = self.seed_generator.next()
+        generator = torch.Generator(device=inputs.device)
+        generator.manual_seed(int(first + second) & 0xFFFFFFFF)
+        size = inputs.numel()
+        bits = torch.empty((size + 3) // 4, dtype=torch.int64, device=inputs.device)
+        bits = bits.random_(generator=generator).view(torch.int16)[:size].view(inputs.shape)
+        keep = torch.bitwise_and(bits, 0x7FFF) >= min(round(self.rate * 32768), 32767)
+        return torch.where(keep, inputs * scale, torch.zeros((), dtype=inputs.dtype,
+                                                             device=inputs.device))
 
 
 def initializer(stddev: float) -> keras.initializers.Initializer:
@@ -200,15 +223,17 @@ class TransformerEncoderBlock(keras.layers.Layer):
     with `first_token_only=True` to compute the output of the first position alone, [B, 1, H]
     (it still attends to every key): all a last layer must produce when only `[CLS]` is read.
 
-    Attention is one fused call where the backend has one that fits: on PyTorch always
-    `attention.torch_attention` (`scaled_dot_product_attention`, which also drops the
+    Attention is one fused call where the backend has one that fits: on PyTorch
+    `attention.torch_attention` (`scaled_dot_product_attention`, which on a GPU also drops the
     probabilities in training); on TensorFlow Keras' `dot_product_attention`; on JAX
     `attention.jax_fused_attention` where cuDNN's flash attention runs (a GPU in bf16/fp16;
-    elsewhere the explicit path is faster than XLA's). On TensorFlow and JAX, training with
-    attention dropout (`attention_dropout` > 0) runs the explicit path, which materialises the
-    weights [B, N, T, T] to drop them: their fused kernels drop nothing with Keras' random
-    generator. So there training is fused only with `attention_dropout=0`, a choice of
-    regularisation left to the config, never made silently.
+    elsewhere the explicit path is faster than XLA's). Training with attention dropout
+    (`attention_dropout` > 0) runs the explicit path, which materialises the weights
+    [B, N, T, T] to drop them, except with PyTorch on a GPU (`attention.fused_dropout`):
+    TensorFlow's and JAX's fused kernels drop nothing with Keras' random generator, and
+    PyTorch's CPU kernels fall back to a slower math path to drop. So there training is fused
+    only with `attention_dropout=0`, a choice of regularisation left to the config, never made
+    silently.
 
     Example:
     >>> block = TransformerEncoderBlock(hidden_size=8, num_heads=2, intermediate_size=32)
@@ -268,7 +293,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         if _FOR_GRAPHS.get() and not return_attention and not training:
             return self._graph_attention(qkv, mask, first_token_only), None
         backend = keras.backend.backend()
-        if (return_attention or (drop_rate > 0 and backend != "torch")
+        if (return_attention or (drop_rate > 0 and not attention.fused_dropout(qkv))
                 or (backend == "jax" and not attention.jax_fused(qkv))):
             return self._explicit_attention(qkv, mask, training, return_attention,
                                             first_token_only)

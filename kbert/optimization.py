@@ -179,10 +179,15 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
 
 
 def _torch_adam_update(optimizer, grads, variables, learning_rate):
-    """`AdamW.update_step` for all variables at once, in `torch._foreach_*` ops (as
-    `torch.optim.AdamW(foreach=True)` does): a handful of kernel launches per step instead of
-    about ten per variable. The weight decay is not here: Keras' torch optimizer applies it to
-    the decayed variables, all at once too, before this update.
+    """`AdamW.update_step` for all variables at once, in PyTorch's fused Adam kernel (what
+    `torch.optim.AdamW(fused=True)` runs, on a CPU as on a GPU): one pass over each variable
+    and its moments instead of the nine of `torch._foreach_*` ops (a `mini` pretraining step's
+    update, 11M parameters on 2 cores: 56 -> 6 ms); under torch.compile, which cannot trace that
+    kernel, `torch._foreach_*` ops. Its update is Algorithm 1's, as here:
+    m ← β1·m + (1 − β1)·g, v ← β2·v + (1 − β2)·g²,
+    θ ← θ − lr/(1 − β1^t) · m / (√(v/(1 − β2^t)) + ε).
+    The weight decay is not here: Keras' torch optimizer applies it to the decayed variables,
+    all at once too, before this update.
     Twin: `AdamW.update_step`; a test holds them equal.
     """
     import torch
@@ -193,12 +198,18 @@ def _torch_adam_update(optimizer, grads, variables, learning_rate):
     v = [o._velocities[i].value for i in indices]
     grads = [g.to(p.dtype) for g, p in zip(grads, params)]
     step = ops.cast(o.iterations + 1, "float32")
-    step_size = ops.cast(learning_rate, "float32") / (1 - o.beta_1 ** step)   # lr / (1 − β1^t)
-    bias_2 = 1 - o.beta_2 ** step
+    lr = ops.cast(learning_rate, "float32")
     with torch.no_grad():
+        if not torch.compiler.is_compiling():
+            torch._fused_adam_(params, grads, m, v, [], [step] * len(params), lr=lr,
+                               beta1=o.beta_1, beta2=o.beta_2, weight_decay=0.0,
+                               eps=o.epsilon, amsgrad=False, maximize=False)
+            return
+        # torch.compile has no tracing rule for the fused kernel; it fuses these ops itself.
+        step_size = lr / (1 - o.beta_1 ** step)                # lr / (1 − β1^t)
         torch._foreach_lerp_(m, grads, 1 - o.beta_1)           # m += (g − m)(1 − β1)
         torch._foreach_lerp_(v, torch._foreach_mul(grads, grads), 1 - o.beta_2)
-        denominator = torch._foreach_div(v, bias_2)            # v̂
+        denominator = torch._foreach_div(v, 1 - o.beta_2 ** step)   # v̂
         torch._foreach_sqrt_(denominator)
         torch._foreach_add_(denominator, o.epsilon)            # √v̂ + ε
         update = torch._foreach_div(m, denominator)

@@ -168,8 +168,9 @@ def test_gpu_benchmark_smoke_runs_without_tensorflow():
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's fused attention")
 def test_torch_attention_drops_probabilities_without_bias():
     """scaled_dot_product_attention's dropout is dropout of the probabilities, scaled by
-    1/(1-p): averaged over many draws it gives the undropped context; the layer trains through
-    it (no explicit path) and its draws follow PyTorch's seed."""
+    1/(1-p): averaged over many draws it gives the undropped context; on a GPU the layer
+    trains through it (no explicit path) and its draws follow PyTorch's seed; on a CPU it
+    trains through the explicit path (`attention.fused_dropout`: faster there)."""
     import torch
 
     rng = np.random.default_rng(3)
@@ -190,6 +191,9 @@ def test_torch_attention_drops_probabilities_without_bias():
     for _ in range(2):
         torch.manual_seed(0)
         outputs.append(ops.convert_to_numpy(block(x, SUFFIX, training=True)))
+    if not torch.cuda.is_available():
+        assert calls == [1, 1]
+        return
     assert calls == []
     np.testing.assert_array_equal(outputs[0], outputs[1])
 
@@ -208,14 +212,18 @@ def test_a_row_without_real_tokens_stays_finite():
     assert np.isfinite(ops.convert_to_numpy(block(x, mask, training=True))).all()
 
 
+@pytest.mark.multibackend
 def test_dropout_drops_at_its_rate_and_keeps_the_mean():
-    """kbert's `Dropout` (16 random bits per element on TensorFlow): the dropped fraction is
-    the rate, kept elements are scaled by 1/(1 - rate), a seeded layer repeats its draws, the
-    next call draws anew, and the gradient is the mask times the scale."""
+    """kbert's `Dropout` (16 random bits per element on TensorFlow, 15 of an int64 draw on
+    PyTorch): the dropped fraction is the rate in every lane of a draw, kept elements are
+    scaled by 1/(1 - rate), a seeded layer repeats its draws, the next call draws anew, and the
+    gradient is the mask times the scale."""
     x = np.ones((64, 128, 96), "float32")
     first, second = (layers.Dropout(0.1, seed=7) for _ in range(2))
     a = ops.convert_to_numpy(first(x, training=True))
     assert abs((a == 0).mean() - 0.1) < 3e-3
+    lanes = (a.reshape(-1, 4) == 0).mean(axis=0)          # the 16-bit lanes of a 64-bit draw
+    np.testing.assert_allclose(lanes, 0.1, atol=5e-3)
     np.testing.assert_allclose(np.unique(a), [0.0, 1 / 0.9], rtol=1e-6)
     np.testing.assert_array_equal(a, ops.convert_to_numpy(second(x, training=True)))
     assert (a != ops.convert_to_numpy(first(x, training=True))).any()
@@ -227,3 +235,12 @@ def test_dropout_drops_at_its_rate_and_keeps_the_mean():
             y = first(v, training=True)
         grad = tape.gradient(y, v).numpy()
         np.testing.assert_array_equal(grad, (y.numpy() != 0) / np.float32(0.9))
+    if keras.backend.backend() == "torch":
+        import torch
+        v = torch.ones((64, 128, 96), dtype=torch.bfloat16, requires_grad=True)
+        y = layers.Dropout(0.1, seed=7, dtype="bfloat16")(v, training=True)
+        assert y.dtype == torch.bfloat16 and abs((y == 0).float().mean().item() - 0.1) < 3e-3
+        y.float().sum().backward()
+        scale = torch.tensor(1 / 0.9, dtype=torch.bfloat16)
+        np.testing.assert_array_equal(v.grad.float().numpy(),
+                                      ((y != 0) * scale).float().numpy())
