@@ -23,9 +23,9 @@ float32 (bfloat16) and 1.0 (int8) on the task metrics, top-1 agreement >= 95%, e
 
 A bfloat16 row runs where the CPU has AMX or avx512_bf16; elsewhere Keras bfloat16 still runs
 (TensorFlow emulates the products: same numbers, slower) and is marked "emulated"; OpenVINO and
-ONNX Runtime refuse it (their one-line reason is printed). int8 is offered only on CPUs with
-int8 dot products (VNNI, AMX-INT8); elsewhere its rows are measured anyway, marked "accuracy
-only". `--quick`: 200 SQuAD questions, 300
+ONNX Runtime refuse it (their one-line reason is printed). int8 is offered only where it pays
+(`kbert.hardware.int8_pays`: int8 dot products, no native bfloat16); elsewhere its rows are
+measured anyway, marked "accuracy only". `--quick`: 200 SQuAD questions, 300
 SST-2 sentences, 500 CoNLL sentences, 200 masked sentences, 200 texts to embed.
 """
 
@@ -222,9 +222,9 @@ def main(argv=None):
           flush=True)
 
     reference, table = None, []
-    fast_bf16, fast_int8 = hardware.has_fast_bfloat16(), hardware.has_fast_int8()
-    if not fast_int8:      # int8 is refused on this CPU (no faster); its accuracy still counts
-        hardware.has_fast_int8 = lambda: True
+    fast_bf16, fast_int8 = hardware.has_fast_bfloat16(), hardware.int8_pays()
+    if not fast_int8:      # int8 is refused on this CPU (not faster); its accuracy still counts
+        hardware.int8_pays = lambda: True
     for pair in ["keras:float32"] + [r for r in args.rows if r != "keras:float32"]:
         runtime, dtype = pair.split(":")
         try:
@@ -238,7 +238,7 @@ def main(argv=None):
         if dtype == "bfloat16" and not fast_bf16:
             note += " (emulated: no bf16 matmul on this CPU)"
         if dtype == "int8" and not fast_int8:
-            note += " (accuracy only: no int8 dot products here, so not offered)"
+            note += " (accuracy only: int8 does not pay on this CPU, so not offered)"
         reference = reference or row
         table.append((pair, row, note))
         print(f"{pair}: {time.perf_counter() - started:.0f} s", flush=True)

@@ -72,6 +72,14 @@ def has_fast_int8() -> bool:
     return bool(cpu_info()["int8_flags"])
 
 
+def int8_pays() -> bool:
+    """Whether kbert offers int8 on this CPU: int8 dot products (AMX-INT8, VNNI) and no native
+    bfloat16. OpenVINO's int8 weights measured 0.86-0.97x float32 without VNNI (AMD Zen 2) and
+    1.06-1.12x bfloat16 beside avx512_bf16 (AMD Zen 4: the products run in bfloat16 either
+    way), short of the 1.2x that pays for int8's accuracy cost (benchmarks/serve_latency.py)."""
+    return has_fast_int8() and not has_fast_bfloat16()
+
+
 def _gpu() -> tuple[bool, bool]:
     """(runs on a GPU, that GPU has bfloat16) for the Keras backend's framework, already
     imported (nothing is imported here: a process that has not loaded a framework has no GPU in
@@ -137,5 +145,5 @@ def describe() -> str:
 
 
 __all__ = ["BF16_FLAGS", "INT8_FLAGS", "MIXED_PRECISION", "auto_dtype", "cpu_info", "describe",
-           "gpu_has_bfloat16", "gpu_in_use", "has_fast_bfloat16", "has_fast_int8",
+           "gpu_has_bfloat16", "gpu_in_use", "has_fast_bfloat16", "has_fast_int8", "int8_pays",
            "mixed_precision_policy", "usable_cores"]

@@ -23,8 +23,8 @@ def add_export(sub: argparse._SubParsersAction) -> None:
                    help="saved_model (TF Serving, default), onnx or openvino")
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
                    help="precision: float32 (default), bfloat16 (SavedModel, OpenVINO), int8 "
-                        "(OpenVINO, CPUs with VNNI or AMX), auto (bfloat16 where the CPU runs it "
-                        "natively)")
+                        "(OpenVINO, CPUs with VNNI and no bfloat16), auto (bfloat16 where the "
+                        "CPU runs it natively)")
     p.add_argument("--version", type=positive_int, default=1,
                    help="version sub-directory (default 1, SavedModel only)")
     p.add_argument("--signatures", nargs="+", metavar="NAME",

@@ -10,8 +10,9 @@ its one-line errors as they are.
 | "openvino" | yes     | where the CPU has AMX / AVX-512 BF16    | NNCF int8 weights (*)         |
 | "onnx"     | yes     | no (no bfloat16 matmul kernels on CPU)  | no (**)                       |
 
-(*) where the CPU has int8 dot products (AMX-INT8, AVX-512 VNNI or AVX-VNNI): elsewhere int8 ran
-no faster than float32 (benchmarks/serve_latency.py on an AVX2 EPYC: 0.5-1.0x), so it is refused.
+(*) where the CPU has int8 dot products (AMX-INT8, AVX-512 VNNI or AVX-VNNI) and no native
+bfloat16 (`hardware.int8_pays`): without VNNI int8 ran no faster than float32 (an AVX2 EPYC:
+0.5-1.0x), and beside avx512_bf16 it ran 1.06-1.12x bfloat16 (an EPYC Zen 4), short of 1.2x.
 (**) ONNX Runtime's dynamic quantization (int8 weights and activations of every product with a
 weight) fails the accuracy bar on BERT encoders (benchmarks/precision_accuracy.py: SQuAD F1
 -2.0, fill_mask top-1 agreement 90%, embedding cosine 0.987); OpenVINO's int8 weights keep it.
@@ -74,10 +75,16 @@ def resolve(runtime: str | None = "keras", dtype: str | None = "float32") -> tup
         raise RuntimeOptionError(
             f"OpenVINO runs bfloat16 only on a CPU with AMX or AVX-512 BF16, and this one "
             f"({hardware.cpu_info()['model']}) has neither: use dtype 'float32' or 'auto'")
-    if dtype == "int8" and not hardware.has_fast_int8():
+    if dtype == "int8" and not hardware.int8_pays():
+        model = hardware.cpu_info()["model"]
+        if hardware.has_fast_bfloat16():
+            raise RuntimeOptionError(
+                f"int8 is not offered on this CPU ({model}): its products run in bfloat16 "
+                f"either way, and int8 weights measured 1.06-1.12x bfloat16's speed, short of "
+                f"the 1.2x that would pay for their accuracy: use dtype 'bfloat16' or 'auto'")
         raise RuntimeOptionError(
-            f"int8 runs no faster than float32 on this CPU ({hardware.cpu_info()['model']} has "
-            f"no AMX-INT8 or VNNI instructions): use dtype 'float32' or 'auto'")
+            f"int8 runs no faster than float32 on this CPU ({model} has no AMX-INT8 or VNNI "
+            f"instructions): use dtype 'float32' or 'auto'")
     require_package(runtime)
     return runtime, dtype
 

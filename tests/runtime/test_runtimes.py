@@ -341,7 +341,7 @@ def test_evaluate_scores_the_runtime_like_the_keras_task_model(every_head, runti
 
 def test_int8_runs_close_to_float32(every_head, monkeypatch):
     pytest.importorskip("openvino")
-    monkeypatch.setattr(hardware, "has_fast_int8", lambda: True)   # offered on VNNI CPUs only
+    monkeypatch.setattr(hardware, "int8_pays", lambda: True)   # not offered on every CPU
     ref = kbert.load(every_head).embed(TEXTS, pooling="mean")
     m = kbert.load(every_head, runtime="openvino", dtype="int8")
     assert m.dtype == "int8"
@@ -382,9 +382,14 @@ def test_auto_and_refused_combinations(monkeypatch):
         "model": "Xeon", "bf16_flags": ["amx_bf16"], "int8_flags": ["amx_int8"]})
     assert resolve("keras", "auto") == ("keras", "bfloat16")
     assert resolve("onnx", "auto") == ("onnx", "float32")     # no bf16 kernels there
-    assert resolve("openvino", "int8") == ("openvino", "int8")
+    with pytest.raises(RuntimeOptionError, match="int8 is not offered .*Xeon.*'bfloat16'"):
+        resolve("openvino", "int8")                           # bfloat16 products either way
     with pytest.raises(RuntimeOptionError, match="ONNX Runtime's int8 .* use runtime 'openvino'"):
         resolve("onnx", "int8")
+    monkeypatch.setattr(hardware, "cpu_info", lambda *a: {
+        "model": "Xeon Gold 6230", "bf16_flags": [], "int8_flags": ["avx512_vnni"]})
+    assert resolve("openvino", "int8") == ("openvino", "int8")
+    assert resolve("keras", "auto") == ("keras", "float32")
 
 
 def test_auto_runtime_is_the_fastest_path_measured_for_the_dtype(monkeypatch):
@@ -392,6 +397,7 @@ def test_auto_runtime_is_the_fastest_path_measured_for_the_dtype(monkeypatch):
     monkeypatch.setattr(hardware, "gpu_in_use", lambda: False)
     monkeypatch.setattr(hardware, "cpu_info", lambda *a: {"model": "Xeon", "bf16_flags": [
         "amx_bf16"], "int8_flags": ["amx_int8"]})
+    monkeypatch.setattr(hardware, "int8_pays", lambda: True)   # the runtime choice alone
     have = {"tensorflow", "onnxruntime", "openvino"}
     monkeypatch.setattr(options.importlib.util, "find_spec",
                         lambda name, *a: object() if name in have else None)
