@@ -105,7 +105,7 @@ class Dense(keras.layers.Dense):
 
 @keras.saving.register_keras_serializable(package="kbert")
 class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` whose mask is drawn from 16 random bits per element.
+    """`keras.layers.Dropout` whose mask is drawn from 16 (PyTorch: 15) random bits an element.
 
     Keras' TensorFlow dropout draws a float32 uniform per element (`stateless_dropout`), its
     PyTorch dropout a float32 Bernoulli; the random-number generator is most of dropout's cost,
@@ -126,6 +126,8 @@ class Dropout(keras.layers.Dropout):
         threshold = min(round(self.rate * 65536), 65535)
         scale = 1.0 / (1.0 - self.rate)
         if backend == "torch":
+            if inputs.device.type == "meta":              # Keras' shape inference: no generator
+                return super().call(inputs, training=training)
             return self._torch_dropout(inputs, scale)
         import tensorflow as tf
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), 2 ** 31 - 1), tf.int32)
@@ -135,7 +137,6 @@ class Dropout(keras.layers.Dropout):
         uniform16 = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
         keep = tf.reshape(uniform16, tf.shape(inputs)) >= threshold
         return tf.where(keep, inputs * tf.cast(scale, inputs.dtype), tf.zeros_like(inputs))
-
 
     def _torch_dropout(self, inputs: Tensor, scale: float) -> Tensor:
         """PyTorch's mask: 15 random bits per element, four to one int64 draw (`random_`
@@ -349,7 +350,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
                               (batch, seq_len, self.hidden_size))                 # [B, T, H]
         if not return_attention:
             return context, None
-        return context, ops.cast(ops.cast(weights, "float32") / total, self.compute_dtype)
+        # float32 whatever the policy, as logits are: in bfloat16 a row summed to 1 ± 0.008.
+        return context, ops.cast(weights, "float32") / total
 
     def call(self, x: Tensor, input_mask: Tensor, training: bool = False,
              return_attention: bool = False, first_token_only: bool = False) -> Tensor:

@@ -244,3 +244,18 @@ def test_dropout_drops_at_its_rate_and_keeps_the_mean():
         scale = torch.tensor(1 / 0.9, dtype=torch.bfloat16)
         np.testing.assert_array_equal(v.grad.float().numpy(),
                                       ((y != 0) * scale).float().numpy())
+
+
+@pytest.mark.multibackend
+def test_attention_probabilities_are_float32_under_a_bfloat16_policy():
+    """Returned attention probabilities (the playground's heatmap) stay float32 under
+    `mixed_bfloat16`, so each row sums to 1 (cast to bfloat16 a row was off by up to 0.008)."""
+    block = TransformerEncoderBlock(hidden_size=16, num_heads=2, intermediate_size=32,
+                                    dtype="mixed_bfloat16")
+    x = np.random.default_rng(0).normal(size=(3, 9, 16)).astype("float32")
+    out, probs = block(x, SUFFIX, return_attention=True)
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
+    assert keras.backend.standardize_dtype(probs.dtype) == "float32"
+    probs = ops.convert_to_numpy(probs)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=0, atol=1e-5)
+    assert (probs[1, :, :, 5:] == 0).all()                    # padded keys: exactly 0
