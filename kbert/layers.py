@@ -121,13 +121,11 @@ class Dropout(keras.layers.Dropout):
     def call(self, inputs: Tensor, training: bool = False) -> Tensor:
         backend = keras.backend.backend()
         if (not training or not 0 < self.rate < 1 or self.noise_shape is not None
-                or backend not in ("tensorflow", "torch")):
+                or backend not in ("tensorflow", "torch")
+                or (backend == "torch" and inputs.device.type == "meta")):  # shape inference
             return super().call(inputs, training=training)
-        threshold = min(round(self.rate * 65536), 65535)
         scale = 1.0 / (1.0 - self.rate)
         if backend == "torch":
-            if inputs.device.type == "meta":              # Keras' shape inference: no generator
-                return super().call(inputs, training=training)
             return self._torch_dropout(inputs, scale)
         import tensorflow as tf
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), 2 ** 31 - 1), tf.int32)
@@ -135,7 +133,7 @@ class Dropout(keras.layers.Dropout):
         bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None,
                                            maxval=None, dtype=tf.uint32)
         uniform16 = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
-        keep = tf.reshape(uniform16, tf.shape(inputs)) >= threshold
+        keep = tf.reshape(uniform16, tf.shape(inputs)) >= min(round(self.rate * 65536), 65535)
         return tf.where(keep, inputs * tf.cast(scale, inputs.dtype), tf.zeros_like(inputs))
 
     def _torch_dropout(self, inputs: Tensor, scale: float) -> Tensor:
