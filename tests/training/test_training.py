@@ -187,12 +187,13 @@ def test_adamw_steps_like_torch_adamw():
 
 
 class _PortableAdamW(AdamW):
-    """The per-variable `AdamW.update_step`, on every backend (torch otherwise updates all
-    variables at once in `_torch_adam_update`)."""
+    """`AdamW.portable_update_step` for each variable, on every backend (TensorFlow otherwise
+    runs its fused kernel, `_tf_adam_update`; torch updates all variables at once,
+    `_torch_adam_update`)."""
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         for grad, variable in zip(grads, trainable_variables):
-            self.update_step(grad, variable, learning_rate)
+            self.portable_update_step(grad, variable, learning_rate)
 
 
 def _toy_variables(start):
@@ -201,7 +202,8 @@ def _toy_variables(start):
 
 @pytest.mark.multibackend
 def test_all_at_once_update_equals_the_per_variable_one():
-    """Torch's `_torch_adam_update` against its twin `AdamW.update_step`: same variables after
+    """The fused updates (`_tf_adam_update`, `_torch_adam_update`) against their twin
+    `AdamW.portable_update_step`: same variables after
     steps with warmup, decay on the matrices only and clipping (elsewhere both are the same)."""
     rng = np.random.default_rng(0)
     start = {"kernel": rng.normal(size=(8, 4)), "bias": rng.normal(size=4),
@@ -222,6 +224,52 @@ def test_all_at_once_update_equals_the_per_variable_one():
     for name, ours, portable in zip(start, *results):
         np.testing.assert_allclose(ours, portable, rtol=1e-6, atol=1e-6, err_msg=name)
         assert np.abs(ours - start[name]).max() > 1e-3, name      # the steps did move it
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's tracing")
+def test_the_tensorflow_step_is_traced_once():
+    """The optimizer's variables exist before the step is traced: TensorFlow traces a function
+    that creates variables twice (two traces of a whole training step)."""
+    from kbert.models import BertClassifier
+    model = BertClassifier(BertConfig.preset("tiny", vocab_size=VOCAB_SIZE, num_layers=1),
+                           num_labels=2)
+    rng = np.random.default_rng(0)
+    x = {"input_ids": rng.integers(5, VOCAB_SIZE, (4, 8)).astype("int32"),
+         "segment_ids": np.zeros((4, 8), "int32"), "input_mask": np.ones((4, 8), "int32")}
+    model(x)                                             # built, as a loaded checkpoint is
+    model.compile(create_optimizer(learning_rate=1e-3, total_steps=10, warmup_steps=0))
+    traces, train_step = [], model.train_step
+    model.train_step = lambda data: traces.append(1) or train_step(data)
+    model.fit(x, np.array([0, 1, 0, 1]), batch_size=2, epochs=2, verbose=0)
+    assert len(traces) == 1
+    assert model.optimizer.iterations.numpy() == 4
+
+
+@pytest.mark.multibackend
+@pytest.mark.skipif(keras.backend.backend() != "torch" or not sys.platform.startswith("linux")
+                    or os.confstr("CS_GNU_LIBC_VERSION") is None, reason="PyTorch with glibc")
+def test_torch_training_keeps_freed_memory_for_the_next_step():
+    """After `keep_freed_memory` a freed 64 MB block comes back without page faults (glibc
+    otherwise maps such a block afresh on each allocation and faults in all 16,384 pages)."""
+    import ctypes
+    import resource
+
+    from kbert import hardware
+    assert hardware.keep_freed_memory("tensorflow") is False
+    assert hardware.keep_freed_memory("torch") is True
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+
+    def page_faults():                                 # of a block allocated, filled, freed
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        block = libc.malloc(64 * 2**20)
+        ctypes.memset(block, 1, 64 * 2**20)
+        libc.free(ctypes.c_void_p(block))
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults = [page_faults() for _ in range(4)]
+    assert sum(faults[1:]) < 1_000, faults             # the heap holds it after the first
 
 
 @pytest.mark.multibackend
