@@ -179,9 +179,11 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
         init = initializer(initializer_range)
+        # autocast=False: rows gathered from the float32 table, then cast (Keras casts the whole
+        # [V, H] table first under a mixed policy, and its gradient back, on every step).
         self.word_embeddings = keras.layers.Embedding(
             vocab_size, hidden_size, embeddings_initializer=init, dtype=self.dtype_policy,
-            name="word_embeddings")
+            name="word_embeddings", autocast=False)
         self.token_type_embeddings = keras.layers.Embedding(
             type_vocab_size, hidden_size, embeddings_initializer=init, dtype=self.dtype_policy,
             name="token_type_embeddings")
