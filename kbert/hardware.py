@@ -7,6 +7,9 @@ on AMD Zen 4 and Intel Cooper Lake and later) or the Keras backend runs on a GPU
 bfloat16 through conversions around float32 arithmetic, slower than float32 itself, so "auto"
 never picks it there.
 
+`keep_freed_memory` is the host side of training speed: PyTorch's freed CPU memory kept for
+its next step instead of faulted in again.
+
 Training's precision switch (`kbert finetune/pretrain --mixed-precision`) resolves here too:
 `mixed_precision_policy("auto")` is "mixed_bfloat16" where `auto_dtype()` is "bfloat16", else
 None (plain float32).
@@ -147,7 +150,7 @@ def keep_freed_memory(backend: str) -> bool:
     fresh `mmap` that it returns on `free`: the next step faults every page in again, zeroed by
     the kernel (a `mini` pretraining step: ~114,000 faults, ~450 MB). glibc's `mallopt` without
     `mmap` and with a 2 GiB trim threshold keeps those pages: the step took 684 -> 584 ms in
-    bfloat16 and 1,150 -> 1,025 in float32 (AMD EPYC Zen 4; `benchmarks/pretrain_step.py`).
+    bfloat16 and 1,150 -> 1,025 in float32 (AMD EPYC Zen 4, A/B in one process).
     The process keeps its peak heap instead of returning it, as PyTorch's GPU allocator does.
 
     Only PyTorch on a CPU with glibc (TensorFlow's CPU allocator already caches: no faults a

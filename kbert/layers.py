@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from kbert import attention
+from kbert.dropout import Dropout
 from kbert.hints import Shape, Tensor
 
 _FOR_GRAPHS = contextvars.ContextVar("kbert_tracing_for_graphs", default=False)
@@ -101,58 +102,6 @@ class Dense(keras.layers.Dense):
         y = tf.reshape(y, tf.concat([shape[:-1], [self.units]], 0))
         y.set_shape(inputs.shape[:-1].concatenate([self.units]))
         return y
-
-
-@keras.saving.register_keras_serializable(package="kbert")
-class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` whose mask is drawn from 16 (PyTorch: 15) random bits an element.
-
-    Keras' TensorFlow dropout draws a float32 uniform per element (`stateless_dropout`), its
-    PyTorch dropout a float32 Bernoulli; the random-number generator is most of dropout's cost,
-    and dropout ~14% of a training step (attention probabilities [B, N, T, T]). On TensorFlow
-    one uint32 draw gives two 16-bit uniforms: half the draws, 0.6x the time (with and without
-    XLA); on PyTorch 15 bits of an int64 draw (`_torch_dropout`). Elements are dropped with
-    probability round(rate·65536)/65536 (within 1e-5 of `rate`; on PyTorch
-    round(rate·32768)/32768, within 2e-5), the kept ones scaled by 1/(1 − rate),
-    seeded by the layer's `SeedGenerator` as Keras' own. JAX (XLA fuses its own), and a
-    `noise_shape`, use Keras' path.
-    """
-
-    def call(self, inputs: Tensor, training: bool = False) -> Tensor:
-        backend = keras.backend.backend()
-        if (not training or not 0 < self.rate < 1 or self.noise_shape is not None
-                or backend not in ("tensorflow", "torch")
-                or (backend == "torch" and inputs.device.type == "meta")):  # shape inference
-            return super().call(inputs, training=training)
-        scale = 1.0 / (1.0 - self.rate)
-        if backend == "torch":
-            return self._torch_dropout(inputs, scale)
-        import tensorflow as tf
-        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), 2 ** 31 - 1), tf.int32)
-        size = tf.size(inputs)
-        bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None,
-                                           maxval=None, dtype=tf.uint32)
-        uniform16 = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
-        keep = tf.reshape(uniform16, tf.shape(inputs)) >= min(round(self.rate * 65536), 65535)
-        # A product with the scaled mask, not a `where`: TensorFlow's bfloat16 select runs at
-        # half its float32 speed (a bfloat16 MiniLM step at 32x64: 602 -> 572 ms).
-        return inputs * (tf.cast(keep, inputs.dtype) * tf.cast(scale, inputs.dtype))
-
-    def _torch_dropout(self, inputs: Tensor, scale: float) -> Tensor:
-        """PyTorch's mask: 15 random bits per element, four to one int64 draw (`random_`
-        leaves each int64's sign bit 0): [32, 4, 128, 128] 5.5 ms in all against 12 for
-        Keras' float32 Bernoulli, 6.3 for int16 `randint`. Seeded from the layer's
-        `SeedGenerator` as Keras' own torch random functions are."""
-        import torch
-        first, second = self.seed_generator.next()
-        generator = torch.Generator(device=inputs.device)
-        generator.manual_seed(int(first + second) & 0xFFFFFFFF)
-        size = inputs.numel()
-        bits = torch.empty((size + 3) // 4, dtype=torch.int64, device=inputs.device)
-        bits = bits.random_(generator=generator).view(torch.int16)[:size].view(inputs.shape)
-        keep = torch.bitwise_and(bits, 0x7FFF) >= min(round(self.rate * 32768), 32767)
-        return torch.where(keep, inputs * scale, torch.zeros((), dtype=inputs.dtype,
-                                                             device=inputs.device))
 
 
 def initializer(stddev: float) -> keras.initializers.Initializer:
