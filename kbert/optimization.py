@@ -83,19 +83,33 @@ class _ClipAcrossReplicas:
     """
 
     def _clip_gradients(self, grads):
-        if keras.backend.backend() == "tensorflow" and self.global_clipnorm:
+        if (keras.backend.backend() == "tensorflow" and self.global_clipnorm
+                and not self.clipnorm and all(g is not None for g in grads)):
             import tensorflow as tf
             context = tf.distribute.get_replica_context()
             replicas = context.num_replicas_in_sync if context is not None else 1
+            grads = [tf.convert_to_tensor(g) for g in grads]   # sparse rows summed, once
             if replicas > 1:
-                grads = [tf.convert_to_tensor(g) for g in grads]
                 grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-                grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
+                grads = _tf_clip_by_global_norm(grads, self.global_clipnorm)
                 return [g / replicas for g in grads]
+            return _tf_clip_by_global_norm(grads, self.global_clipnorm)
         if (keras.backend.backend() == "torch" and self.global_clipnorm and not self.clipnorm
                 and all(g is not None for g in grads)):
             return _torch_clip_by_global_norm(grads, self.global_clipnorm)
         return super()._clip_gradients(grads)
+
+
+def _tf_clip_by_global_norm(grads, clip_norm):
+    """Keras' global-norm clipping (`clip_by_global_norm` in keras/src/optimizers/
+    base_optimizer.py) on dense TensorFlow gradients, each squared norm in one pass (`L2Loss`,
+    ½·Σg², where Keras squares into a copy and sums it). A non-finite norm makes every gradient
+    NaN, as there. Twin: Keras' `clip_by_global_norm`; a test holds them equal.
+    """
+    import tensorflow as tf
+    norm = tf.sqrt(2.0 * tf.add_n([tf.cast(tf.nn.l2_loss(g), "float32") for g in grads]))
+    scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm) + (norm - norm)
+    return [g * tf.cast(scale, g.dtype) for g in grads]
 
 
 def _torch_clip_by_global_norm(grads, clip_norm):
@@ -158,6 +172,12 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
         else:
             self.portable_update_step(gradient, variable, learning_rate)
 
+    def _apply_weight_decay(self, variables):
+        if keras.backend.backend() == "tensorflow" and self.weight_decay:
+            _tf_apply_weight_decay(self, variables)
+        else:
+            super()._apply_weight_decay(variables)
+
     def portable_update_step(self, gradient: Tensor, variable: keras.Variable,
                              learning_rate: Tensor) -> None:
         """The update in `keras.ops`, the reference of the fused ones.
@@ -184,8 +204,12 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         if keras.backend.backend() == "torch" and not self.amsgrad:
             _torch_adam_update(self, grads, trainable_variables, learning_rate)
-        else:
+            return
+        self._tf_scalars = []            # `_tf_step_scalars`: made afresh for each update
+        try:
             super()._backend_update_step(grads, trainable_variables, learning_rate)
+        finally:
+            self._tf_scalars = None
 
 
 def _tf_adam_update(optimizer, gradient, variable, learning_rate):
@@ -203,16 +227,59 @@ def _tf_adam_update(optimizer, gradient, variable, learning_rate):
     index = o._get_variable_index(variable)
     var = variable.value if isinstance(variable, keras.Variable) else variable
     m, v = (s[index].value for s in (o._momentums, o._velocities))
-    dtype = var.dtype
+    tf.raw_ops.ResourceApplyAdam(
+        var=var.handle, m=m.handle, v=v.handle,
+        **_tf_step_scalars(o, learning_rate, var.dtype),
+        grad=tf.cast(tf.convert_to_tensor(gradient), var.dtype))
+
+
+def _tf_step_scalars(optimizer, learning_rate, dtype):
+    """`ResourceApplyAdam`'s scalar arguments for this update, made once per update and dtype
+    and shared by all its variables (made per variable they were a third of a traced training
+    step's ops: a MiniLM classifier has 81 variables). Kept only during an update
+    (`AdamW._backend_update_step`); a strategy hands each device its own `learning_rate`."""
+    import tensorflow as tf
+    o = optimizer
+    made = getattr(o, "_tf_scalars", None)        # [(learning_rate, dtype, scalars)] or None
+    for rate, kind, scalars in made or ():
+        if rate is learning_rate and kind == dtype:
+            return scalars
     step = tf.cast(o.iterations + 1, dtype)
     beta_1_power = tf.pow(tf.cast(o.beta_1, dtype), step)
     beta_2_power = tf.pow(tf.cast(o.beta_2, dtype), step)
-    tf.raw_ops.ResourceApplyAdam(
-        var=var.handle, m=m.handle, v=v.handle, beta1_power=beta_1_power,
-        beta2_power=beta_2_power, lr=tf.cast(learning_rate, dtype),
+    scalars = dict(
+        beta1_power=beta_1_power, beta2_power=beta_2_power, lr=tf.cast(learning_rate, dtype),
         beta1=tf.cast(o.beta_1, dtype), beta2=tf.cast(o.beta_2, dtype),
-        epsilon=tf.cast(o.epsilon, dtype) * tf.sqrt(1 - beta_2_power),
-        grad=tf.cast(tf.convert_to_tensor(gradient), dtype))
+        epsilon=tf.cast(o.epsilon, dtype) * tf.sqrt(1 - beta_2_power))
+    if made is not None:
+        made.append((learning_rate, dtype, scalars))
+    return scalars
+
+
+def _tf_apply_weight_decay(optimizer, variables):
+    """Keras' TensorFlow weight decay (keras/src/backend/tensorflow/optimizer.py) as one
+    product per variable, θ ← θ·(1 − lr·wd), what Keras' torch optimizer and PyTorch's AdamW
+    compute: Keras evaluates the learning-rate schedule for each variable and takes
+    θ − (θ·wd)·lr in three passes over it."""
+    import tensorflow as tf
+    o = optimizer
+    decayed = [v for v in variables if o._use_weight_decay(v)]
+    if not decayed:
+        return
+    learning_rate, factors = o.learning_rate, {}
+    for variable in decayed:
+        if variable.dtype not in factors:
+            factors[variable.dtype] = 1 - ops.cast(learning_rate, variable.dtype) * ops.cast(
+                o.weight_decay, variable.dtype)
+
+    def decay(distribution, decayed, factors):      # per device under a strategy
+        for variable in decayed:
+            var = variable.value if isinstance(variable, keras.Variable) else variable
+            distribution.extended.update(var, lambda v, factor: v.assign(v * factor),
+                                         args=(factors[variable.dtype],), group=False)
+
+    tf.__internal__.distribute.interim.maybe_merge_call(decay, o._distribution_strategy,
+                                                        decayed, factors)
 
 
 def _torch_adam_update(optimizer, grads, variables, learning_rate):
