@@ -32,6 +32,9 @@ from kbert.hints import Tensor
 # - `_backend_update_step` (`AdamW`, torch): where Keras' torch optimizers update all variables
 #   at once; `clipnorm` (`_ClipAcrossReplicas`): per-gradient clipping, which Keras prefers to
 #   the global norm when both are set;
+# - `_apply_weight_decay`, `_distribution_strategy` (`_tf_apply_weight_decay`): the weight decay
+#   step, and the strategy it is applied under with TensorFlow's `maybe_merge_call`, as Keras'
+#   TensorFlow optimizer applies it;
 # - `_iterations` (`batches_seen`): the batch counter; the public `iterations` counts updates,
 #   which under gradient accumulation is batches // accumulation steps.
 
@@ -79,7 +82,8 @@ class _ClipAcrossReplicas:
     own part under a `tf.distribute` strategy, which changes the update with the device count).
 
     Under a strategy the gradients are summed, clipped, and handed on divided by the replica
-    count, so the sum Keras takes next gives back the clipped global gradient.
+    count, so the sum Keras takes next gives back the clipped global gradient. TensorFlow and
+    PyTorch clip in their own ops (`_tf_clip_by_global_norm`, `_torch_clip_by_global_norm`).
     """
 
     def _clip_gradients(self, grads):
@@ -202,14 +206,17 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
                                              ops.add(ops.sqrt(v_hat), self.epsilon)))
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        if keras.backend.backend() == "torch" and not self.amsgrad:
+        backend = keras.backend.backend()
+        if backend == "torch" and not self.amsgrad:
             _torch_adam_update(self, grads, trainable_variables, learning_rate)
-            return
-        self._tf_scalars = []            # `_tf_step_scalars`: made afresh for each update
-        try:
+        elif backend == "tensorflow":
+            self._tf_scalars = []        # `_tf_step_scalars`: made afresh for each update
+            try:
+                super()._backend_update_step(grads, trainable_variables, learning_rate)
+            finally:
+                self._tf_scalars = None
+        else:
             super()._backend_update_step(grads, trainable_variables, learning_rate)
-        finally:
-            self._tf_scalars = None
 
 
 def _tf_adam_update(optimizer, gradient, variable, learning_rate):
