@@ -87,21 +87,20 @@ class _ClipAcrossReplicas:
     """
 
     def _clip_gradients(self, grads):
-        if (keras.backend.backend() == "tensorflow" and self.global_clipnorm
-                and not self.clipnorm and all(g is not None for g in grads)):
-            import tensorflow as tf
-            context = tf.distribute.get_replica_context()
-            replicas = context.num_replicas_in_sync if context is not None else 1
-            grads = [tf.convert_to_tensor(g) for g in grads]   # sparse rows summed, once
-            if replicas > 1:
-                grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-                grads = _tf_clip_by_global_norm(grads, self.global_clipnorm)
-                return [g / replicas for g in grads]
-            return _tf_clip_by_global_norm(grads, self.global_clipnorm)
-        if (keras.backend.backend() == "torch" and self.global_clipnorm and not self.clipnorm
-                and all(g is not None for g in grads)):
+        backend = keras.backend.backend()
+        if (backend not in ("tensorflow", "torch") or not self.global_clipnorm or self.clipnorm
+                or any(g is None for g in grads)):
+            return super()._clip_gradients(grads)
+        if backend == "torch":
             return _torch_clip_by_global_norm(grads, self.global_clipnorm)
-        return super()._clip_gradients(grads)
+        import tensorflow as tf
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        grads = [tf.convert_to_tensor(g) for g in grads]   # a gather's rows summed, once
+        if replicas > 1:
+            grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        grads = _tf_clip_by_global_norm(grads, self.global_clipnorm)
+        return [g / replicas for g in grads] if replicas > 1 else grads
 
 
 def _tf_clip_by_global_norm(grads, clip_norm):
