@@ -49,6 +49,14 @@ def _tf_group(name):
     return "other", backward
 
 
+def _is_tf_op(line, name):
+    """An event of TensorFlow's executor that ran an op: on its compute lines, not the
+    executor's own events nor `ParallelFor`, the thread pool's span inside an op (counted
+    twice otherwise: ~25 ms a `mini` step, inside the dropout masks' random op)."""
+    return (line.startswith("tf_Compute") and not name.startswith("ExecutorState")
+            and name != "ParallelFor")
+
+
 def _torch_group(key):
     op = key.removeprefix("aten::")
     if op in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_weight_int8pack_mm"):
@@ -123,7 +131,7 @@ def profile(step, steps=3):
                     step()
                 tf.profiler.experimental.stop()
                 for _, line, name, ms in _xspace_events(directory):
-                    if line.startswith("tf_Compute") and not name.startswith("ExecutorState"):
+                    if _is_tf_op(line, name):
                         group, backward = _tf_group(name)
                         totals[group + (" (backward)" if backward else "")] += ms
             else:

@@ -17,6 +17,9 @@ def test_op_names_fall_into_their_groups():
     assert sp._tf_group("bert/layer_0/output_layer_norm/add:AddV2")[0] == "layer norm"
     assert sp._tf_group("gradient_tape/bert/layer_0/output_layer_norm/Cast/Cast:Cast") == \
         ("cast", True)
+    assert sp._is_tf_op("tf_Compute/123", "bert/layer_0/dropout/Mul:Mul")
+    assert not sp._is_tf_op("tf_Compute/123", "ParallelFor")          # inside an op
+    assert not sp._is_tf_op("tf_Compute/123", "ExecutorState::Process")
     assert sp._torch_group("aten::addmm") == "matmul"
     assert sp._torch_group("aten::native_dropout") == "dropout"
     assert sp._torch_group("aten::_fused_adamw_") == "optimizer"

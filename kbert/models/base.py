@@ -71,7 +71,7 @@ class SparseCategoricalCrossentropy(keras.losses.SparseCategoricalCrossentropy):
     [B, P, C] input: the masked LM's [32, 20, 30522] logits were copied to [32, 30522, 20] and
     back, and its log-softmax ran along a strided axis (a bfloat16 `mini` pretraining step:
     ~60 ms of ~870). Rows are what every backend's kernel reads best. On TensorFlow the rows'
-    loss is `_tf_softmax_cross_entropy_rows`.
+    loss is `kbert.tf_gradients.softmax_cross_entropy_rows`.
     """
 
     def call(self, y_true: Any, y_pred: Any) -> Any:
@@ -79,38 +79,11 @@ class SparseCategoricalCrossentropy(keras.losses.SparseCategoricalCrossentropy):
         labels, logits = keras.ops.reshape(y_true, (-1,)), keras.ops.reshape(y_pred, (-1, classes))
         if (keras.backend.backend() == "tensorflow" and self.from_logits
                 and self.ignore_class is None):
-            rows = _tf_softmax_cross_entropy_rows(labels, logits)
+            from kbert import tf_gradients
+            rows = tf_gradients.softmax_cross_entropy_rows(labels, logits)
         else:
             rows = super().call(labels, logits)
         return keras.ops.reshape(rows, keras.ops.shape(y_pred)[:-1])
-
-
-def _tf_softmax_cross_entropy_rows(labels: Any, logits: Any) -> Any:
-    """−log softmax(logits)[label] of each row [N, C], its gradient softmax − one-hot, in
-    TensorFlow ops that each make one pass: TensorFlow's fused kernel
-    (`SparseSoftmaxCrossEntropyWithLogits`, what Keras calls) took 83 ms forward and backward
-    for the masked LM's [640, 30,522] float32 logits on 2 cores, these 45 (a `mini` pretraining
-    step, A/B in one process: 645-660 -> 605-617 ms in bfloat16, 1,038 -> 984 in float32).
-    The exponentials made for the loss are the gradient's, kept as the fused kernel keeps its
-    gradient. Twin: Keras' loss; a test holds values and gradients equal.
-    """
-    import tensorflow as tf
-    labels = tf.cast(labels, "int32")
-
-    @tf.custom_gradient
-    def rows(logits: Any) -> Any:
-        top = tf.reduce_max(logits, axis=-1, keepdims=True)
-        exp = tf.exp(logits - top)
-        total = tf.reduce_sum(exp, axis=-1, keepdims=True)
-        loss = tf.squeeze(top + tf.math.log(total), -1) - tf.gather(logits, labels, batch_dims=1)
-
-        def gradient(upstream: Any) -> Any:
-            picked = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
-            return tf.tensor_scatter_nd_sub(exp * (upstream[:, None] / total), picked, upstream)
-
-        return loss, gradient
-
-    return rows(logits)
 
 
 def sparse_ce(**kwargs: Any) -> keras.losses.Loss:
