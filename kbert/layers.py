@@ -57,9 +57,7 @@ class LayerNorm(keras.layers.LayerNormalization):
     """
 
     def call(self, inputs: Tensor, training: bool | None = None) -> Tensor:
-        axes = list(self.axis) if isinstance(self.axis, (list, tuple)) else [self.axis]
-        if (training and keras.backend.backend() == "tensorflow" and not self.rms_scaling
-                and self.center and self.scale and axes in ([-1], [len(inputs.shape) - 1])):
+        if training and keras.backend.backend() == "tensorflow" and self._last_axis_only(inputs):
             from kbert import tf_gradients
             return tf_gradients.layer_norm(inputs, self.gamma, self.beta, self.epsilon)
         if not _FOR_GRAPHS.get():
@@ -71,6 +69,13 @@ class LayerNorm(keras.layers.LayerNormalization):
         x = centered / ops.sqrt(variance + self.epsilon)
         x = x * ops.cast(self.gamma, "float32") + ops.cast(self.beta, "float32")
         return ops.cast(x, self.compute_dtype)
+
+    def _last_axis_only(self, inputs: Tensor) -> bool:
+        """Centred and scaled over the last axis, no RMS scaling: the form `tf_gradients`
+        writes (anything else keeps Keras' path)."""
+        axes = list(self.axis) if isinstance(self.axis, (list, tuple)) else [self.axis]
+        return (self.center and self.scale and not self.rms_scaling
+                and axes in ([-1], [len(inputs.shape) - 1]))
 
 
 def activation(name: str) -> Callable[[Tensor], Tensor]:
