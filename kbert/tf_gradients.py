@@ -7,10 +7,9 @@ op from the forward: Keras' LayerNorm (moments, then a fused multiply-add) and i
 45 ops a call (constants aside), the GELU's gradient 10 elementwise passes, the fused
 cross-entropy a slow kernel for the masked LM's [640, 30,522] logits. The forms here compute
 the same values in fewer passes and keep what their gradients need; fewer ops also trace and
-start faster. Only
-training uses them (`kbert.layers` on TensorFlow with `training=True`, kbert's loss on
-TensorFlow): inference keeps the forms TensorFlow's graph optimizer and the exporters fuse. Each
-has its Keras twin in a test (values and gradients equal).
+start faster. Only training uses them (`kbert.layers` on TensorFlow with `training=True`,
+kbert's loss on TensorFlow): inference keeps the forms TensorFlow's graph optimizer and the
+exporters fuse. Each has its Keras twin in a test (values and gradients equal).
 
 Import only where the backend is TensorFlow.
 """
@@ -33,7 +32,6 @@ def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float) -> Any:
     dtype = x.dtype
     compute = tf.float64 if dtype == tf.float64 else tf.float32
     gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)   # variables read
-    gamma_dtype, beta_dtype = gamma.dtype, beta.dtype
 
     @tf.custom_gradient
     def norm(x: Any, gamma: Any, beta: Any) -> Any:
@@ -50,8 +48,8 @@ def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float) -> Any:
             g = dy * scale
             dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
                          - normed * tf.reduce_mean(g * normed, axis=-1, keepdims=True))
-            return (tf.cast(dx, dtype), tf.cast(tf.reduce_sum(dy * normed, rows), gamma_dtype),
-                    tf.cast(tf.reduce_sum(dy, rows), beta_dtype))
+            return (tf.cast(dx, dtype), tf.cast(tf.reduce_sum(dy * normed, rows), gamma.dtype),
+                    tf.cast(tf.reduce_sum(dy, rows), beta.dtype))
 
         return tf.cast(normed * scale + tf.cast(beta, compute), dtype), gradient
 
