@@ -37,7 +37,6 @@ from kbert.checkpoint_format import (
     named_variables,
     read,
     read_config,
-    replace_directory,
     resolve,
     search_path,
     write,
@@ -104,7 +103,8 @@ def save(directory: str | os.PathLike, model: keras.Model | None = None,
          vocab: str | Sequence[str] | None = None, do_lower_case: bool = True,
          head_options: dict | None = None, dtype: str = "float32", *,
          backbone: BertBackbone | None = None, heads: dict | None = None,
-         model_card: str | None = None, embedding: dict | None = None) -> str:
+         model_card: str | None = None, embedding: dict | None = None,
+         overwrite: bool = True) -> str:
     """Writes a checkpoint directory atomically (a temporary directory, then a rename).
 
     Args:
@@ -114,13 +114,15 @@ def save(directory: str | os.PathLike, model: keras.Model | None = None,
         dtype: storage dtype of the weights, "float32" or "float16".
         embedding: a sentence encoder's {"pooling", "normalize", "max_seq_length"}, stored as
             config.json's `sentence_embedding`.
+        overwrite: replace a checkpoint already there (as Keras' `model.save`); False refuses
+            it. Anything but a kbert checkpoint is always refused (`kbert.outputs`).
     """
     if model is not None:
         backbone, heads = components_of(model)
     if backbone is None or vocab is None:
         raise TypeError("save needs a model (or backbone=) and a vocabulary")
     return write(directory, backbone, heads, vocab, do_lower_case, head_options, dtype,
-                 model_card, embedding)
+                 model_card, embedding, overwrite)
 
 
 def load(directory: str | os.PathLike, dtype: str | None = None,
@@ -136,5 +138,5 @@ def load(directory: str | os.PathLike, dtype: str | None = None,
 
 __all__ = ["HEAD_NAMES", "TASK_MODELS", "WEIGHTS_FILE", "Checkpoint", "CheckpointError",
            "MissingHeadError", "assign", "components_of", "head_options_for", "load",
-           "make_head", "named_variables", "read_config", "replace_directory", "resolve", "save",
+           "make_head", "named_variables", "read_config", "resolve", "save",
            "search_path"]

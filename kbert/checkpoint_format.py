@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from kbert import outputs
 from kbert.config import BertConfig, read_vocab, shown, write_vocab
 
 if TYPE_CHECKING:
@@ -165,9 +164,10 @@ def named_variables(backbone: BertBackbone, heads: dict) -> dict[str, Any]:
 def write(directory: str | os.PathLike, backbone: BertBackbone, heads: dict | None,
           vocab: str | Sequence[str], do_lower_case: bool = True,
           head_options: dict | None = None, dtype: str = "float32",
-          model_card: str | None = None, embedding: dict | None = None) -> str:
+          model_card: str | None = None, embedding: dict | None = None,
+          overwrite: bool = True) -> str:
     """Writes a checkpoint directory of an encoder and its heads atomically (a temporary
-    directory, then a rename); `kbert.checkpoint.save` takes a whole model.
+    directory, then a rename: `kbert.outputs`); `kbert.checkpoint.save` takes a whole model.
 
     Args:
         heads: {head name: layer}.
@@ -176,6 +176,9 @@ def write(directory: str | os.PathLike, backbone: BertBackbone, heads: dict | No
         dtype: storage dtype of the weights, "float32" or "float16".
         embedding: a sentence encoder's {"pooling", "normalize", "max_seq_length"}, stored as
             config.json's `sentence_embedding`.
+        overwrite: replace a checkpoint already at `directory` (the user's other files in it
+            are kept); False refuses it. A directory holding anything else is always refused
+            (`kbert.outputs.OutputError`).
     """
     from safetensors.numpy import save_file
 
@@ -194,10 +197,7 @@ def write(directory: str | os.PathLike, backbone: BertBackbone, heads: dict | No
                for k, v in named_variables(backbone, heads).items()}
 
     directory = os.path.abspath(directory)
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(directory) + "-", dir=parent)
-    try:
+    with outputs.writing(directory, "checkpoint", overwrite=overwrite) as tmp:
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
             f.write("\n")
@@ -210,33 +210,7 @@ def write(directory: str | os.PathLike, backbone: BertBackbone, heads: dict | No
         if card:
             with open(os.path.join(tmp, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
                 f.write(card)
-        replace_directory(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
-
-
-def replace_directory(tmp: str, directory: str) -> None:
-    """Puts the finished directory `tmp` (from mkdtemp) in place of `directory`, which a
-    reader sees either whole as it was or whole as new."""
-    _default_permissions(tmp)   # mkdtemp makes 0700; a checkpoint is an ordinary directory
-    if os.path.isdir(directory):
-        old = directory + ".old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, directory)
-
-
-def _default_permissions(directory: str) -> None:
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
-    for name in os.listdir(directory):
-        os.chmod(os.path.join(directory, name), 0o666 & ~umask)
 
 
 def read_config(directory: str | os.PathLike) -> tuple[dict, BertConfig]:
@@ -328,8 +302,8 @@ def resolve(name_or_path: str | os.PathLike) -> str:
     'minilm-l6-mlm-nsp'
     """
     path = os.fspath(name_or_path)
-    if os.path.isdir(path):
-        return path
+    if os.path.isdir(path) or (path and outputs.recover_missing(path)):
+        return path                                     # (a write cut short is put right)
     is_name = path and os.sep not in path and (os.altsep is None or os.altsep not in path)
     if not is_name or path.startswith("."):
         raise CheckpointError(f"checkpoint directory not found: {path}")

@@ -24,10 +24,13 @@ subcommand's `--help` and argument errors answer without TensorFlow or Keras (se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pickle
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -85,13 +88,32 @@ def error_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (`kill`, a scheduler's stop) unwinds the command as Ctrl-C does, so a writer
+    removes what it had half-written and stops its child processes; Python's default would
+    end the process on the spot. Only where no handler of the caller's is installed."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+    main_thread = threading.current_thread() is threading.main_thread()
+    if not main_thread or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command. Bad input: `kbert COMMAND: error: ...` on stderr and exit status 2
     (as argparse does for bad arguments); the traceback only with --debug or KBERT_DEBUG=1."""
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("KBERT_DEBUG", "") not in ("", "0")
     try:
-        args.func(args)
+        with _terminate_as_interrupt():
+            args.func(args)
     except KeyboardInterrupt:
         if debug:
             raise

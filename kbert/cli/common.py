@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from kbert.hardware import MIXED_PRECISION  # the standard library only: the parser stays light
+# the standard library only, both: the parser stays light
+from kbert import outputs
+from kbert.hardware import MIXED_PRECISION
 
 
 class CliError(Exception):
@@ -38,10 +40,20 @@ def add_mixed_precision(p: argparse.ArgumentParser, default: str | None = None) 
                         f"(default {default or 'float32'})")
 
 
-def check_output_dir(path: str) -> None:
-    """An --output that names a directory to write: refused up front if it cannot be one."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise CliError(f"--output {path} exists and is not a directory")
+def add_overwrite(p: argparse.ArgumentParser,
+                  what: str = "an output of this command's kind") -> None:
+    """--overwrite, as every command that writes an --output takes it."""
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} already at --output (your other files in it are "
+                        f"kept); anything else there is always refused")
+
+
+def check_output_dir(path: str, kind: str, overwrite: bool = False,
+                     resume: bool = False) -> None:
+    """An --output that names a directory to write as a `kind` output (`kbert.outputs.KINDS`):
+    refused up front, in one line, if it cannot be one or holds something it must not replace
+    (`kbert.outputs.check`)."""
+    outputs.check(path, kind, overwrite, resume)
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
@@ -50,12 +62,7 @@ def check_output_dir(path: str) -> None:
                        "directory)")
 
 
-def check_output_file(path: str) -> None:
-    """An --output that names a file to write: refused up front if it cannot be one."""
-    if os.path.isdir(path):
-        raise CliError(f"--output {path} is a directory; give the file to write")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise CliError(f"--output {path}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise CliError(f"--output {path}: the directory {parent} is not writable")
+def check_output_file(path: str, overwrite: bool = False) -> None:
+    """An --output that names a file to write: refused up front if it cannot be one, or if it
+    exists and --overwrite is not given."""
+    outputs.check_file(path, overwrite)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kbert.cli.common import check_output_dir
+from kbert.cli.common import CliError, add_overwrite, check_output_dir
 
 
 def add_convert(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +18,7 @@ def add_convert(sub: argparse._SubParsersAction) -> None:
                            help="export the kbert checkpoint SRC to: hf or keras-hub")
     p.add_argument("src", help="the source checkpoint (directory, file or TF checkpoint prefix)")
     p.add_argument("--output", required=True, help="the directory to write")
+    add_overwrite(p, "an output of the same format")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16"),
                    help="storage dtype of the written weights (import only)")
     p.set_defaults(func=run_convert)
@@ -27,15 +28,20 @@ def run_convert(args: argparse.Namespace) -> None:
     import warnings
 
     from kbert import convert
-    check_output_dir(args.output)
+    if args.target and args.target not in convert.TARGETS:
+        raise CliError(f"unknown export format {args.target!r}; choose one of "
+                       f"{', '.join(sorted(convert.TARGETS))}")
+    kind = args.target.replace("-", "_") if args.target else "checkpoint"
+    check_output_dir(args.output, kind, args.overwrite)
     if args.target:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            convert.export(args.target, args.src, args.output)
+            convert.export(args.target, args.src, args.output, overwrite=args.overwrite)
         for w in caught:  # the converters' own notes (lossy mappings, dropped heads)
             if "kbert" in w.filename:
                 print(f"kbert convert: warning: {w.message}", file=sys.stderr)
         print(f"wrote {args.output} ({args.target})")
         return
-    ckpt = convert.convert(args.source, args.src, args.output, dtype=args.dtype)
+    ckpt = convert.convert(args.source, args.src, args.output, dtype=args.dtype,
+                           overwrite=args.overwrite)
     print(f"wrote {args.output}: {ckpt.summary()}")

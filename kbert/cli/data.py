@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kbert.cli.common import CliError, check_output_dir, check_output_file
+from kbert.cli.common import CliError, add_overwrite, check_output_dir, check_output_file
 
 
 def add_build_vocab(sub: argparse._SubParsersAction) -> None:
@@ -12,6 +12,7 @@ def add_build_vocab(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
     p.add_argument("--vocab-size", type=int, required=True, help="vocabulary size (at most)")
     p.add_argument("--output", required=True, help="the vocab.txt to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--cased", action="store_true", help="keep case and accents")
     p.add_argument("--num-unused", type=int, default=99,
                    help="[unusedN] slots after [PAD] (99: BERT's ids for the special tokens)")
@@ -25,12 +26,12 @@ def run_build_vocab(args: argparse.Namespace) -> None:
     from kbert.config import write_vocab
     from kbert.data.sentences import read_documents
     from kbert.data.vocab import build_vocab
-    check_output_file(args.output)
+    check_output_file(args.output, args.overwrite)
     sentences = (s for document in read_documents(args.input, args.input_format)
                  for s in document)
     vocab = build_vocab(sentences, args.vocab_size, lower_case=not args.cased,
                         num_unused=args.num_unused)
-    write_vocab(vocab, args.output)
+    write_vocab(vocab, args.output)                 # atomically, with the user's modes
     print(f"wrote {args.output}: {len(vocab)} tokens (--vocab-size {args.vocab_size} is the most)")
 
 
@@ -56,14 +57,13 @@ def add_create_pretraining_data(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", type=int, default=20000,
                    help="sentences held in memory at once (random next segments come from the "
                         "same block)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the shards in a non-empty --output (refused otherwise)")
+    add_overwrite(p, "pretraining data")
     p.set_defaults(func=run_create_pretraining_data)
 
 
 def run_create_pretraining_data(args: argparse.Namespace) -> None:
     from kbert.data import pretraining
-    check_output_dir(args.output)
+    check_output_dir(args.output, "pretraining_data", args.overwrite)
     options = pretraining.Options(
         args.max_seq_length, args.max_predictions_per_seq, args.masked_lm_prob,
         args.short_seq_prob, args.dupe_factor, args.whole_word_mask, args.seed)

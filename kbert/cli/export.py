@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from kbert.cli.common import positive_int
+from kbert.cli.common import add_overwrite, check_output_dir, positive_int
 
 EXPORT_FORMATS = ("saved_model", "onnx", "openvino")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "int8")   # kbert.runtime.DTYPES (a test checks)
@@ -19,6 +19,7 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", required=True,
                    help="SavedModel: model base directory, writes OUTPUT/VERSION/; onnx and "
                         "openvino: the export directory (kbert.load(OUTPUT) runs it)")
+    add_overwrite(p, "an export (SavedModel: the same version)")
     p.add_argument("--format", default="saved_model", choices=EXPORT_FORMATS,
                    help="saved_model (TF Serving, default), onnx or openvino")
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
@@ -38,7 +39,9 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 def run_export(args: argparse.Namespace) -> None:
     if args.format != "saved_model":
         from kbert.runtime import graphs
-        path = graphs.export(args.checkpoint, args.output, fmt=args.format, dtype=args.dtype)
+        check_output_dir(args.output, "export", args.overwrite)
+        path = graphs.export(args.checkpoint, args.output, fmt=args.format, dtype=args.dtype,
+                             overwrite=args.overwrite)
         manifest = graphs.read_manifest(path)
         assert manifest is not None          # just written by `export`
         print(f"wrote {path}: {args.format} {manifest['dtype']}, passes "
@@ -47,5 +50,6 @@ def run_export(args: argparse.Namespace) -> None:
     from kbert import serving
     options = serving.ExportOptions(top_k=args.top_k, max_masks=args.max_masks)
     path = serving.export(args.checkpoint, args.output, version=args.version,
-                         signatures=args.signatures, options=options, dtype=args.dtype)
+                         signatures=args.signatures, options=options, dtype=args.dtype,
+                         overwrite=args.overwrite)
     print(f"wrote {path}: signatures {', '.join(serving.list_signatures(path))}")

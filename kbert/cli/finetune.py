@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from kbert.cli import retrieval
-from kbert.cli.common import CliError, add_mixed_precision
+from kbert.cli.common import CliError, add_mixed_precision, add_overwrite, check_output_dir
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
 from kbert.hardware import mixed_precision_policy
 
@@ -44,6 +44,7 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dev", help="the dev file scored after each epoch (retrieve, rerank: "
                                  "optional, else the last epoch is kept)")
     p.add_argument("--output", required=True, help="the checkpoint directory to write")
+    add_overwrite(p, "a checkpoint")
     p.add_argument("--epochs", type=int, help="default 3 (retrieve, rerank: 1)")
     p.add_argument("--learning-rate", type=float,
                    help="peak learning rate (default 3e-5; retrieve, rerank: 2e-5)")
@@ -72,6 +73,7 @@ def run_finetune(args: argparse.Namespace) -> None:
     import json
 
     mixed_precision_policy(args.mixed_precision)      # a bad name: one line, before any work
+    check_output_dir(args.output, "checkpoint", args.overwrite)
     if args.task in retrieval.TRAINING_TASKS:
         return retrieval.run_retrieval_training(args)
     if args.dev is None:
@@ -87,7 +89,7 @@ def run_finetune(args: argparse.Namespace) -> None:
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit_compile],
         save_dtype=args.save_dtype, max_train_examples=args.max_train_examples,
         bucketing=args.bucketing, task_options=task_options(args),
-        mixed_precision=args.mixed_precision)
+        mixed_precision=args.mixed_precision, overwrite=args.overwrite)
     print(f"wrote {result.output}: best epoch {result.best_epoch} of {args.epochs} "
           f"({result.train_examples} training examples, {result.precision}, "
           f"{result.wall_seconds:.0f}s)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kbert.cli.common import add_mixed_precision, check_output_dir
+from kbert.cli.common import add_mixed_precision, add_overwrite, check_output_dir
 
 
 def add_pretrain(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +27,7 @@ def add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--init", help="checkpoint to continue from (missing MLM/NSP heads are new)")
     p.add_argument("--vocab", help="vocab.txt for a model trained from scratch")
     p.add_argument("--output", required=True, help="the checkpoint directory to write")
+    add_overwrite(p, "a checkpoint")
     p.add_argument("--batch-size", type=int, default=32, help="global batch per update")
     p.add_argument("--steps", type=int, default=1000, help="optimizer updates")
     p.add_argument("--phase-steps", type=int, nargs="+", help="updates per --data phase")
@@ -62,7 +63,7 @@ def add_pretrain(sub: argparse._SubParsersAction) -> None:
 
 def run_pretrain(args: argparse.Namespace) -> None:
     from kbert import training
-    check_output_dir(args.output)
+    check_output_dir(args.output, "checkpoint", args.overwrite)
     jit_modes: dict[str, str | bool] = {"auto": "auto", "on": True, "off": False}
     jit = jit_modes[args.jit_compile]
     result = training.pretrain(
@@ -75,7 +76,8 @@ def run_pretrain(args: argparse.Namespace) -> None:
         checkpoint_every=args.checkpoint_every, accumulate=args.accumulate,
         dynamic_masking=args.dynamic_masking, phase_steps=args.phase_steps, seed=args.seed,
         strategy=args.strategy, tpu=args.tpu, log_dir=args.log_dir, save_dtype=args.save_dtype,
-        shuffle_buffer=args.shuffle_buffer, verbose=2, objective=args.objective)
+        shuffle_buffer=args.shuffle_buffer, verbose=2, objective=args.objective,
+        overwrite=args.overwrite)
     if result.interrupted:
         raise KeyboardInterrupt
     print(f"wrote {result.output}: {result.steps} steps in {result.wall_seconds:.0f}s")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kbert.cli.common import CliError, check_output_dir, positive_int
+from kbert import outputs
+from kbert.cli.common import CliError, add_overwrite, check_output_dir, positive_int
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
 
 if TYPE_CHECKING:   # type-only: the pipeline needs Keras
@@ -25,6 +28,7 @@ def add_index(sub: argparse._SubParsersAction) -> None:
                    help="plain text (one text a file), .jsonl or .csv/.tsv (--text-column)")
     b.add_argument("--model", required=True, help="the sentence encoder (e.g. minilm-l6-v2)")
     b.add_argument("--output", required=True, help="the index directory to write")
+    add_overwrite(b, "an index")
     b.add_argument("--hybrid", action="store_true",
                    help="search fuses BM25 with the dense scores by default")
     b.add_argument("--approximate", action="store_true",
@@ -95,8 +99,8 @@ def run_retrieval_training(args: argparse.Namespace) -> None:
     import json
 
     from kbert.retrieval import training
-    check_output_dir(args.output)
-    common = dict(epochs=args.epochs or 1, batch_size=args.batch_size,
+    check_output_dir(args.output, "checkpoint", args.overwrite)
+    common = dict(overwrite=args.overwrite, epochs=args.epochs or 1, batch_size=args.batch_size,
                   learning_rate=args.learning_rate or 2e-5, warmup=args.warmup,
                   max_seq_length=args.max_seq_length, seed=args.seed,
                   mine_negatives_count=args.mine_negatives or 0, mine_with=args.mine_with,
@@ -145,7 +149,7 @@ def run_index(args: argparse.Namespace) -> None:
         print_hits(args.query, hits, args.json)
         return
     if args.action == "build":
-        check_output_dir(args.output)
+        check_output_dir(args.output, "index", args.overwrite)
     texts, meta = read_texts(args.files, args.text_column)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)    # the index's notes, printed below
@@ -153,19 +157,28 @@ def run_index(args: argparse.Namespace) -> None:
             model = load_model(args, args.model)
             index = Index.build(model, texts, metadata=meta, batch_size=args.batch_size,
                                 approximate=args.approximate, hybrid=args.hybrid)
-            path = index.save(args.output)
+            path = index.save(args.output, overwrite=args.overwrite)
         else:
-            index = Index.load(args.index)
-            model = index.load_encoder(**runtime_options(args))
-            before = len(index)
-            index.add(model, texts, metadata=meta, batch_size=args.batch_size)
-            path = index.save(args.index)
+            # Locked from reading to writing: a second `index add` waits, then adds to what
+            # the first wrote (both land).
+            if not os.path.isdir(args.index):
+                Index.load(args.index)                   # its one-line error
+            with outputs.locked(args.index, wait=True, on_wait=_waiting):
+                index = Index.load(args.index)
+                model = index.load_encoder(**runtime_options(args))
+                before = len(index)
+                index.add(model, texts, metadata=meta, batch_size=args.batch_size)
+                path = index.save(args.index)
             print(f"added {len(index) - before} passages from {len(texts)} texts")
     for note in index.notes:
         print(f"kbert index: note: {note}")
     kind = "approximate (HNSW)" if index.approximate else "exact"
     print(f"wrote {path}: {len(index)} passages from {index.sources} texts, encoder "
           f"{index.encoder['name']}, {kind}{', hybrid' if index.hybrid else ''}")
+
+
+def _waiting(line: str) -> None:
+    print(f"kbert index: {line}", file=sys.stderr, flush=True)
 
 
 def print_hits(queries: Sequence[str], hits: list[list[dict[str, Any]]],

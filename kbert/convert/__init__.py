@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kbert import checkpoint
+from kbert import checkpoint, outputs
 from kbert.config import BertConfig
 from kbert.models import BertBackbone
 
@@ -47,13 +47,15 @@ TARGETS = {
 
 
 def convert(source: str, src: str, output: str | os.PathLike,
-            dtype: str = "float32") -> checkpoint.Checkpoint:
-    """Converts `src` in format `source` into a kbert checkpoint directory at `output`."""
+            dtype: str = "float32", overwrite: bool = False) -> checkpoint.Checkpoint:
+    """Converts `src` in format `source` into a kbert checkpoint directory at `output`
+    (`overwrite`: replace a checkpoint already there; anything else there is refused)."""
     if source not in SOURCES:
         raise ValueError(f"unknown source format {source!r}; choose one of "
                          f"{', '.join(sorted(SOURCES))}")
     if not (os.path.exists(src) or os.path.exists(src + ".index")):  # a TF checkpoint prefix
         raise FileNotFoundError(f"source checkpoint not found: {src}")
+    outputs.check(output, "checkpoint", overwrite)          # before reading the source
     module = importlib.import_module(SOURCES[source])
     config, tensors, head_options, vocab, lower_case = module.load(src)
     if len(vocab) != config.vocab_size:
@@ -67,15 +69,18 @@ def convert(source: str, src: str, output: str | os.PathLike,
     embedding = getattr(module, "sentence_embedding", lambda src: None)(src) or {}
     path = checkpoint.save(output, vocab=vocab, do_lower_case=lower_case,
                            head_options=head_options, dtype=dtype, backbone=backbone, heads=heads,
-                           embedding=embedding)
+                           embedding=embedding, overwrite=overwrite)
     return checkpoint.Checkpoint(config, vocab, lower_case, backbone, heads, head_options, path,
                                  sentence_embedding=embedding)
 
 
-def export(target: str, ckpt: str | os.PathLike | checkpoint.Checkpoint, output: str) -> str:
+def export(target: str, ckpt: str | os.PathLike | checkpoint.Checkpoint, output: str,
+           overwrite: bool = False) -> str:
     """Writes the kbert checkpoint `ckpt` (a directory or a loaded `Checkpoint`) as `target`.
 
     target: "hf" (a transformers `save_pretrained` directory) or "keras-hub" (a preset directory).
+    overwrite: replace an output of this format written by kbert (anything else is refused).
+    The directory is written whole, then put in place (`kbert.outputs`).
     """
     if target not in TARGETS:
         raise ValueError(f"unknown export format {target!r}; choose one of "
@@ -83,7 +88,9 @@ def export(target: str, ckpt: str | os.PathLike | checkpoint.Checkpoint, output:
     if not isinstance(ckpt, checkpoint.Checkpoint):
         ckpt = checkpoint.load(ckpt)
     module, function = TARGETS[target].split(":")
-    return getattr(importlib.import_module(module), function)(ckpt, output)
+    with outputs.writing(output, target.replace("-", "_"), overwrite=overwrite) as tmp:
+        getattr(importlib.import_module(module), function)(ckpt, tmp)
+    return output
 
 
 def guess_lower_case(vocab: Sequence[str], directory: str | None = None) -> bool:

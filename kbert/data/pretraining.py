@@ -30,6 +30,7 @@ import os
 
 import numpy as np
 
+from kbert import outputs
 from kbert.config import read_vocab
 from kbert.data.instances import (  # noqa: F401  (re-exported: the names of one module before)
     FEATURES,
@@ -48,8 +49,8 @@ from kbert.data.instances import (  # noqa: F401  (re-exported: the names of one
 from kbert.data.sentences import InputReport, check_inputs, read_documents
 from kbert.data.tfrecords import (  # noqa: F401  (re-exported)
     SHARD_NAME,
+    check_output,
     is_shard,
-    prepare_output,
     remove_file,
     serialize_examples,
 )
@@ -159,10 +160,12 @@ def create_pretraining_data(paths: Sequence[str], vocab: str | list[str], output
             CPU, `usable_cpus()`); the output is the same whatever the number.
         input_format: `auto`, `documents` or `sentences`.
         block_size: sentences per block (the memory bound, and the reach of "random next").
-        overwrite: replace the shards already in `output_dir` (a non-empty one is refused
-            otherwise); the names removed are in `totals.removed`.
+        overwrite: replace the data set already in `output_dir` (refused otherwise; a
+            directory holding anything else always is); the shards replaced are named in
+            `totals.removed`. Your other files in `output_dir` are kept.
 
-    A run that fails or is interrupted removes the shards it wrote (none is left half-made).
+    The shards are written into a hidden sibling directory, then swapped in: a run that fails
+    or is interrupted leaves `output_dir` as it was.
 
     Example:
     >>> create_pretraining_data(["a.txt"], "vocab.txt", "out/", Options(seed=1))  # doctest: +SKIP
@@ -175,15 +178,16 @@ def create_pretraining_data(paths: Sequence[str], vocab: str | list[str], output
     report = InputReport()
     check_inputs(paths)
     blocks = iter_blocks(paths, input_format, block_size, report)
-    removed = prepare_output(output_dir, overwrite)
-    try:
-        totals = _write_blocks(blocks, (vocab, lower_case, options, output_dir), workers,
-                               progress)
-    except BaseException:                       # errors and SIGINT: leave no partial data set
-        for name in os.listdir(output_dir):
-            if is_shard(name):
-                os.remove(os.path.join(output_dir, name))
-        raise
+    check_output(output_dir, overwrite)
+    # Written beside, then swapped in whole (`kbert.outputs`): a failed or interrupted run
+    # leaves the old data set as it was, and never half a new one.
+    with outputs.Output(output_dir, "pretraining_data", overwrite=overwrite) as out:
+        check_output(output_dir, overwrite)                   # as it is, now that it is ours
+        tmp = out.staging()
+        totals = _write_blocks(blocks, (vocab, lower_case, options, tmp), workers, progress)
+        removed = sorted(n for n in outputs.own_files(output_dir) if is_shard(n)) \
+            if os.path.isdir(output_dir) else []
+        out.commit(tmp)
     totals["replaced_bytes"] = sum(report.replaced.values())
     totals.report, totals.removed = report, removed
     return totals
@@ -246,5 +250,5 @@ def summary(totals: collections.Counter) -> list[str]:
         lines.append("not UTF-8: " + report.summary())
     removed = getattr(totals, "removed", None)
     if removed:
-        lines.append(f"removed {len(removed)} old shard(s) first (--overwrite)")
+        lines.append(f"replaced {len(removed)} old shard(s) (--overwrite)")
     return lines

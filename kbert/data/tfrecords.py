@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from kbert import outputs
 from kbert.data.instances import FEATURES
 
 
@@ -91,27 +92,15 @@ def is_shard(name: str) -> bool:
     return name.startswith("shard-") and (name.endswith(".tfrecord") or ".tfrecord.tmp" in name)
 
 
-def prepare_output(output_dir: str, overwrite: bool = False) -> list[str]:
-    """Creates `output_dir`, or checks it is empty; `overwrite` removes the shards an earlier
-    run left there (and nothing else). Returns the names removed.
-
-    The reader takes every `*.tfrecord` of a directory, so old shards would silently join the
-    new data: a non-empty directory is refused unless `overwrite` is asked for.
-    """
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise ValueError(f"{output_dir} exists and is not a directory")
-    existing = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
-    if existing and not overwrite:
-        shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more"
-                                           if len(existing) > 3 else "")
-        raise FileExistsError(f"{output_dir} is not empty ({shown}); pass --overwrite "
-                              "(overwrite=True) to replace its shards, or choose a new directory")
-    old = [name for name in existing if is_shard(name)]
-    foreign = [name for name in existing if name not in old and name.endswith(".tfrecord")]
-    if foreign:
-        raise FileExistsError(f"{output_dir} holds other TFRecord files ({foreign[0]}) that "
-                              "the reader would mix with the new shards; remove them first")
-    for name in old:
-        os.remove(os.path.join(output_dir, name))
-    os.makedirs(output_dir, exist_ok=True)
-    return old
+def check_output(output_dir: str, overwrite: bool = False) -> None:
+    """Refuses an `output_dir` whose other TFRecord files the reader would mix with the new
+    shards (it reads every `*.tfrecord` of a directory); the rest is `kbert.outputs.check`'s
+    (a data set already there needs `overwrite`, anything else is refused)."""
+    outputs.check(output_dir, "pretraining_data", overwrite)
+    if os.path.isdir(output_dir):
+        foreign = [n for n in sorted(os.listdir(output_dir))
+                   if n.endswith(".tfrecord") and not is_shard(n)]
+        if foreign:
+            raise outputs.OutputError(f"{output_dir} holds other TFRecord files ({foreign[0]}) "
+                                      f"that the reader would mix with the new shards; remove "
+                                      f"them first")

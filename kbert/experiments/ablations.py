@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kbert import outputs
 from kbert.experiments import report, sources
 from kbert.experiments.units import Units
 
@@ -137,6 +138,7 @@ def _plan(quick, seeds, steps, mixed_precision=None):
         if v is not None})
 
 
+@outputs.claims("experiments", resume=True)
 def run(output: str, quick: bool = False, variants: Sequence[str] | None = None,
         tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
         shared: str | None = None, vocab: str | None = None, steps: int | None = None,
@@ -198,6 +200,7 @@ def run(output: str, quick: bool = False, variants: Sequence[str] | None = None,
     return results
 
 
+@outputs.claims("experiments", argument="folder", resume=True)
 def export(folder: str, quick: bool = False, variants: Sequence[str] | None = None,
            tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
            shared: str | None = None, vocab: str | None = None, steps: int | None = None,

@@ -25,6 +25,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
+from kbert import outputs
 from kbert.experiments.units import Units
 from kbert.finetune import batching, ner
 from kbert.hints import Tensor
@@ -163,6 +164,7 @@ def extract(units: Units, name: str, ckpt: checkpoint_lib.Checkpoint,
     return data["features"], list(data["counts"])
 
 
+@outputs.claims("experiments", resume=True)
 def run(output: str, model: str, train: str, valid: str, max_train_sentences: int | None = None,
         max_valid_sentences: int | None = None, epochs: int = 3, seeds: Sequence[int] = (0,),
         log: Callable[[str], Any] = print) -> dict[str, dict[str, list]]:

@@ -122,7 +122,7 @@ class Shards:
             checkpoint_every=every,
             dynamic_masking=variant.dynamic_masking and "text" not in data,   # text: always
             objective=variant.objective, seed=0, mixed_precision=plan.mixed_precision,
-            verbose=0, jit_compile=plan.jit_compile)
+            verbose=0, jit_compile=plan.jit_compile, overwrite=True)   # the plan's own work
         if result.interrupted:
             raise KeyboardInterrupt
         held_out = training.evaluate_pretraining(result.model, data["heldout"])
@@ -138,7 +138,7 @@ class Shards:
             task, ckpt, train, dev, output, epochs=plan.finetune_epochs,
             learning_rate=plan.finetune_learning_rate, batch_size=plan.finetune_batch_size,
             seed=seed, max_train_examples=plan.max_train_examples, verbose=False,
-            jit_compile=plan.jit_compile)
+            jit_compile=plan.jit_compile, overwrite=True)
 
 
 class Arrays:
@@ -202,7 +202,8 @@ class Arrays:
         return finetune.finetune(
             task, ckpt, None, None, output, epochs=plan.finetune_epochs,
             learning_rate=plan.finetune_learning_rate, batch_size=plan.finetune_batch_size,
-            seed=seed, verbose=False, jit_compile=plan.jit_compile, encoded=self._encoded[task])
+            seed=seed, verbose=False, jit_compile=plan.jit_compile, encoded=self._encoded[task],
+            overwrite=True)
 
 
 def task_files(units: Units, work: str, shared: str, plan: Plan,

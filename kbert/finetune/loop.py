@@ -26,6 +26,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
+from kbert import outputs
 from kbert.finetune import batching
 from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.hardware import mixed_precision_policy
@@ -279,7 +280,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
              model_card: str | None = None, verbose: bool = True,
              task_options: dict | None = None,
              encoded: Encoded | None = None,
-             mixed_precision: str | None = None) -> "FinetuneResult":
+             mixed_precision: str | None = None,
+             overwrite: bool = False) -> "FinetuneResult":
     """Fine-tunes `init` on `train`, keeping the epoch with the best `dev` score in `output`.
 
     Args:
@@ -307,6 +309,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
             machine has fast bfloat16, else float32), "mixed_bfloat16" or "mixed_float16"
             (with loss scaling): the encoder computes in that precision on float32 weights;
             the head, its logits and the loss stay float32, the checkpoint is `save_dtype`.
+        overwrite: replace a checkpoint already at `output` (refused otherwise, before any
+            work; anything else there is always refused). `output` is locked for the run.
     Returns a `FinetuneResult`.
     """
     started = time.perf_counter()
@@ -315,56 +319,57 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
         raise ValueError("need epochs >= 1, batch_size >= 1, learning_rate > 0, 0 <= warmup < 1")
     if tune_null_threshold and spec.name != "squad2":
         raise ValueError("--tune-null-threshold is for squad2 only")
-    policy = mixed_precision_policy(mixed_precision)       # None: float32
-    keras.utils.set_random_seed(seed)
-    ckpt = checkpoint_lib.load(init, dtype=policy, head_dtype="float32")
-    if encoded is None:
-        # `dev` is given whenever `encoded` is not
-        encoded = encode(task, ckpt.vocab, train, dev,  # type: ignore[arg-type]
-                         _max_seq_length(spec, max_seq_length, ckpt.config),
-                         ckpt.do_lower_case, max_train_examples, task_options)
-    else:
-        _check_encoded(encoded, spec, ckpt, init)
-    length, options = encoded.max_seq_length, encoded.options
-    train_set, dev_set = encoded.train, encoded.dev
+    with outputs.Output(output, "checkpoint", overwrite=overwrite):     # checked, locked
+        policy = mixed_precision_policy(mixed_precision)       # None: float32
+        keras.utils.set_random_seed(seed)
+        ckpt = checkpoint_lib.load(init, dtype=policy, head_dtype="float32")
+        if encoded is None:
+            # `dev` is given whenever `encoded` is not
+            encoded = encode(task, ckpt.vocab, train, dev,  # type: ignore[arg-type]
+                             _max_seq_length(spec, max_seq_length, ckpt.config),
+                             ckpt.do_lower_case, max_train_examples, task_options)
+        else:
+            _check_encoded(encoded, spec, ckpt, init)
+        length, options = encoded.max_seq_length, encoded.options
+        train_set, dev_set = encoded.train, encoded.dev
 
-    head = checkpoint_lib.make_head(spec.head, ckpt.backbone, options, dtype="float32")
-    ckpt.heads, ckpt.head_options = {spec.head: head}, {spec.head: options}
-    model = ckpt.task_model(spec.head)
-    features, label_keys, weight_key = spec.targets(train_set)
-    dataset, per_epoch = batching.feed(features, batch_size, label_keys, weight_key,
-                                       bucket=bucketing, shuffle=True, seed=seed,
-                                       multiple=PAD_TO_MULTIPLE)
-    steps = per_epoch * epochs
-    model.compile(optimizer=create_optimizer("adamw", learning_rate, steps,
-                                             int(round(warmup * steps)), weight_decay,
-                                             loss_scale=policy == "mixed_float16"),
-                  jit_compile=jit_compile)     # the task model's loss and metrics
+        head = checkpoint_lib.make_head(spec.head, ckpt.backbone, options, dtype="float32")
+        ckpt.heads, ckpt.head_options = {spec.head: head}, {spec.head: options}
+        model = ckpt.task_model(spec.head)
+        features, label_keys, weight_key = spec.targets(train_set)
+        dataset, per_epoch = batching.feed(features, batch_size, label_keys, weight_key,
+                                           bucket=bucketing, shuffle=True, seed=seed,
+                                           multiple=PAD_TO_MULTIPLE)
+        steps = per_epoch * epochs
+        model.compile(optimizer=create_optimizer("adamw", learning_rate, steps,
+                                                 int(round(warmup * steps)), weight_decay,
+                                                 loss_scale=policy == "mixed_float16"),
+                      jit_compile=jit_compile)     # the task model's loss and metrics
 
-    settings = dict(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
-                    warmup=warmup, max_seq_length=length, seed=seed, weight_decay=weight_decay,
-                    bucketing=bucketing, precision=policy or "float32")
-    card_exists = os.path.isfile(os.path.join(output, "MODEL_CARD.md"))
+        settings = dict(epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
+                        warmup=warmup, max_seq_length=length, seed=seed, weight_decay=weight_decay,
+                        bucketing=bucketing, precision=policy or "float32")
+        card_exists = os.path.isfile(os.path.join(output, "MODEL_CARD.md"))
 
-    def score(keras_model):
-        scores, new_options = _scores(spec, keras_model, dev_set, options, eval_batch_size,
-                                      tune=tune_null_threshold)
-        score.options = new_options
-        return scores
+        def score(keras_model):
+            scores, new_options = _scores(spec, keras_model, dev_set, options, eval_batch_size,
+                                          tune=tune_null_threshold)
+            score.options = new_options
+            return scores
 
-    def save(history):
-        card = model_card or (None if card_exists else _model_card(
-            spec.name, init, train or "(encoded)", dev or "(encoded)", settings, history,
-            spec.metric))
-        checkpoint_lib.save(output, model, vocab=ckpt.vocab, do_lower_case=ckpt.do_lower_case,
-                            head_options={spec.head: score.options}, dtype=save_dtype,
-                            model_card=card)
+        def save(history):
+            card = model_card or (None if card_exists else _model_card(
+                spec.name, init, train or "(encoded)", dev or "(encoded)", settings, history,
+                spec.metric))
+            checkpoint_lib.save(output, model, vocab=ckpt.vocab, do_lower_case=ckpt.do_lower_case,
+                                head_options={spec.head: score.options}, dtype=save_dtype,
+                                model_card=card)
 
-    keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
-    fit_started = time.perf_counter()
-    model.fit(dataset, epochs=epochs, callbacks=[keeper], shuffle=False,
-              verbose=2 if verbose is True else verbose)
-    return FinetuneResult(os.path.abspath(output), spec.metric, keeper.best_epoch,
-                          keeper.best_scores, keeper.history, spec.size(train_set),
-                          time.perf_counter() - fit_started, time.perf_counter() - started,
-                          policy or "float32")
+        keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
+        fit_started = time.perf_counter()
+        model.fit(dataset, epochs=epochs, callbacks=[keeper], shuffle=False,
+                  verbose=2 if verbose is True else verbose)
+        return FinetuneResult(os.path.abspath(output), spec.metric, keeper.best_epoch,
+                              keeper.best_scores, keeper.history, spec.size(train_set),
+                              time.perf_counter() - fit_started, time.perf_counter() - started,
+                              policy or "float32")

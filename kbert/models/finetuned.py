@@ -97,15 +97,18 @@ class FineTunedModel(TaskModel):
 
     def save_checkpoint(self, directory: str, vocab: list | str | None = None,
                         do_lower_case: bool | None = None, dtype: str = "float32",
-                        model_card: str | None = None) -> str:
+                        model_card: str | None = None, overwrite: bool = True) -> str:
         """Writes a checkpoint directory (atomically) that `kbert.load` reads; the head's
-        labels go into config.json. The vocabulary comes from the preprocessor."""
+        labels go into config.json. The vocabulary comes from the preprocessor. `overwrite`
+        replaces a checkpoint already there (as Keras' `model.save`); nothing else is ever
+        replaced (`kbert.outputs`)."""
         p = self.preprocessor
         vocab, do_lower_case = self._vocabulary(vocab, do_lower_case)
         options = self.head_options or head_options_for(
             self.head_name, getattr(p, "labels", None), getattr(self, "num_labels", None))
         return write(directory, self.backbone, {self.head_name: self.head}, vocab,
-                     do_lower_case, {self.head_name: options}, dtype, model_card)
+                     do_lower_case, {self.head_name: options}, dtype, model_card,
+                     overwrite=overwrite)
 
     def _vocabulary(self, vocab: list | str | None,
                     do_lower_case: bool | None) -> tuple[list | str, bool]:

@@ -91,15 +91,16 @@ class BertBiEncoder(FineTunedModel):
 
     def save_checkpoint(self, directory: str, vocab: list | str | None = None,
                         do_lower_case: bool | None = None, dtype: str = "float32",
-                        model_card: str | None = None) -> str:
+                        model_card: str | None = None, overwrite: bool = True) -> str:
         """A sentence-encoder checkpoint: the encoder, no heads, and the pooling and length
-        it embeds with (`kbert.load(directory).embed` / `.search` use them)."""
+        it embeds with (`kbert.load(directory).embed` / `.search` use them); `overwrite` as
+        `FineTunedModel.save_checkpoint`."""
         p = self.preprocessor
         vocab, do_lower_case = self._vocabulary(vocab, do_lower_case)
         length = p.max_seq_length if p is not None else self.config.max_position_embeddings
         embedding = {"pooling": self.pooling, "normalize": True, "max_seq_length": length}
         return write(directory, self.backbone, {}, vocab, do_lower_case, {}, dtype,
-                     model_card, embedding=embedding)
+                     model_card, embedding=embedding, overwrite=overwrite)
 
     def default_loss(self) -> dict:
         return {"loss": sparse_ce()}

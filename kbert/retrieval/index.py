@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
+import uuid
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kbert.checkpoint_format import replace_directory
+from kbert import outputs
 from kbert.retrieval import encoder as encoder_lib
 from kbert.retrieval import fusion
 from kbert.retrieval.passages import split_passages
@@ -89,6 +88,7 @@ class Index:
         self.notes: list[str] = []       # what building or adding did (texts split)
         self._bm25: BM25 | None = None
         self._ann: Any = None
+        self._revision: str | None = None   # the saved version this index was loaded from
 
     # --- building --------------------------------------------------------------------------
     @classmethod
@@ -132,6 +132,13 @@ class Index:
             warnings.warn(note, stacklevel=2)
         first = self.sources
         vectors = encoder_lib.embed(model, [p.text for p in passages], batch_size)
+        bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+        if len(bad):
+            text = " ".join(passages[bad[0]].text.split())[:60]
+            raise ValueError(f"index: the encoder gave NaN or infinite vectors for {len(bad)} of "
+                             f"{len(passages)} passages (the first from text "
+                             f"{passages[bad[0]].source}: {text!r}); is the checkpoint damaged? "
+                             f"Nothing was added")
         for p in passages:
             record = {"text": p.text, "source": first + p.source, "start": p.start,
                       "end": p.end}
@@ -270,39 +277,40 @@ class Index:
                 "runtime": self.runtime, "files": [VECTORS, PASSAGES] + (
                     [FAISS] if self.approximate else [])}
 
-    def save(self, directory: str | os.PathLike) -> str:
-        """Writes the index directory atomically (replacing an existing index there)."""
+    def save(self, directory: str | os.PathLike, overwrite: bool = True) -> str:
+        """Writes the index directory atomically (`kbert.outputs`): an index already there is
+        replaced (with `overwrite`, the default, as Keras' `model.save`), anything else is
+        refused. Saving over the index this one was loaded from is refused if another writer
+        saved it in between (load it again and repeat the change: no silent loss)."""
         directory = os.path.abspath(os.fspath(directory))
-        if os.path.exists(directory) and not os.path.isdir(directory):
-            raise IndexDirectoryError(f"{directory} exists and is not a directory")
-        if os.path.isdir(directory) and os.listdir(directory) and not os.path.isfile(
-                os.path.join(directory, MANIFEST)):
-            raise IndexDirectoryError(f"{directory} is a non-empty directory that is not a "
-                                      f"kbert index; refusing to replace it")
-        parent = os.path.dirname(directory)
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(directory) + "-", dir=parent)
-        try:
+        with outputs.Output(directory, "index", overwrite=overwrite) as out:
+            if self.path == directory and self._revision is not None:
+                on_disk = _read_manifest(directory).get("revision") if os.path.isdir(
+                    directory) else None
+                if on_disk != self._revision:
+                    raise IndexDirectoryError(
+                        f"{directory} was changed by another writer since this index was "
+                        f"loaded; load it again and repeat the change")
+            tmp = out.staging()
             np.save(os.path.join(tmp, VECTORS), self.vectors)
             with open(os.path.join(tmp, PASSAGES), "w", encoding="utf-8") as f:
                 for p in self.passages:
                     f.write(json.dumps(p, ensure_ascii=False) + "\n")
             if self.approximate:
                 _faiss().write_index(self._approximate_index(), os.path.join(tmp, FAISS))
+            revision = uuid.uuid4().hex
             with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:   # last
-                json.dump(self.manifest(), f, indent=2)
+                json.dump(dict(self.manifest(), revision=revision), f, indent=2)
                 f.write("\n")
-            replace_directory(tmp, directory)                  # whole old or whole new
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        self.path = directory
+            out.commit(tmp)                                  # whole old or whole new
+        self.path, self._revision = directory, revision
         return directory
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Index:
         """Reads an index directory, checking that every file is there and agrees."""
         directory = os.fspath(directory)
+        outputs.recover_missing(directory)            # a swap cut short: the old one back
         manifest = _read_manifest(directory)
         for name in manifest["files"]:
             if not os.path.isfile(os.path.join(directory, name)):
@@ -318,11 +326,19 @@ class Index:
             raise IndexDirectoryError(
                 f"{directory}: the manifest says {want[0]} passages of dimension {want[1]}, but "
                 f"{VECTORS} holds {vectors.shape} and {PASSAGES} {len(passages)} rows")
+        finite = (np.isfinite(vectors).all(axis=1) if vectors.dtype.kind == "f"
+                  else np.zeros(len(vectors), bool))
+        if not finite.all():
+            rows = np.flatnonzero(~finite)
+            raise IndexDirectoryError(f"{directory}: {VECTORS} has {len(rows)} rows that are not "
+                                      f"finite numbers (the first: row {rows[0]}); a damaged "
+                                      f"index, rebuild it")
         index = cls(vectors, passages, manifest["encoder"], manifest["approximate"],
                     manifest["hybrid"], path=os.path.abspath(directory),
                     split=manifest.get("split", True),
                     dense_weight=manifest.get("dense_weight", fusion.DENSE_WEIGHT),
                     runtime=manifest.get("runtime"))
+        index._revision = manifest.get("revision", "")
         if index.approximate:
             index._ann = _faiss().read_index(os.path.join(directory, FAISS))
             if index._ann.ntotal != len(passages):

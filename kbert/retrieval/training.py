@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from kbert import outputs
 from kbert.hardware import mixed_precision_policy
 from kbert.retrieval.metrics import RetrievalData, score
 
@@ -268,13 +269,14 @@ def _card(kind: str, init: str, train: str | None, dev: str | None, settings: di
     return "\n".join(lines) + "\n"
 
 
+@outputs.claims("checkpoint")
 def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs | None = None,
                     epochs: int = 1, batch_size: int = 32, learning_rate: float = 2e-5,
                     warmup: float = 0.1, max_seq_length: int | None = None,
                     temperature: float = 0.05, mine_negatives_count: int = 0,
                     mine_with: str = "bm25", seed: int = 0, verbose: bool = True,
                     save_dtype: str = "float32", mixed_precision: str | None = None,
-                    **columns: Any) -> TrainResult:
+                    overwrite: bool = False, **columns: Any) -> TrainResult:
     """Fine-tunes `init`'s encoder as a bi-encoder on `train` (a file for `read_pairs`, with
     `columns`: query_column, positive_column, negative_column) and writes the best epoch's
     sentence encoder to `output`.
@@ -282,6 +284,8 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
     mine_negatives_count: add this many hard negatives per row, mined from the training
     passages by `mine_with` ("bm25", or "encoder": the initial encoder).
     save_dtype: "float32", or "float16" (half the size; loads into float32 variables).
+    overwrite: replace a checkpoint already at `output` (refused otherwise, before any work;
+    anything else there always is); `output` is locked for the run (`kbert.outputs`).
     mixed_precision: as `kbert finetune --mixed-precision` (`kbert.hardware.
     mixed_precision_policy`: "auto", "float32", "mixed_bfloat16", "mixed_float16").
     """
@@ -319,18 +323,19 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
     return TrainResult(os.path.abspath(output), best_epoch, best, history, len(pairs), seconds)
 
 
+@outputs.claims("checkpoint")
 def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs | None = None,
                    epochs: int = 1, batch_size: int = 32, learning_rate: float = 2e-5,
                    warmup: float = 0.1, max_seq_length: int | None = None,
                    mine_negatives_count: int = 0, mine_with: str = "bm25",
                    candidates: int = 20, seed: int = 0, verbose: bool = True,
                    save_dtype: str = "float32", mixed_precision: str | None = None,
-                   **columns: Any) -> TrainResult:
+                   overwrite: bool = False, **columns: Any) -> TrainResult:
     """Fine-tunes `init` as a cross-encoder on (query, positive) pairs labelled relevant and
     (query, negative) pairs labelled irrelevant; the negatives come from the file's negative
     column and/or are mined (`mine_negatives_count`, by BM25 or — `mine_with="encoder"` —
     by `init`'s encoder as a bi-encoder). Dev: BM25's top `candidates` reordered.
-    save_dtype, mixed_precision: as `train_retriever`'s."""
+    save_dtype, mixed_precision, overwrite: as `train_retriever`'s."""
     import keras
 
     from kbert.models import BertBiEncoder, BertReranker

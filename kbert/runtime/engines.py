@@ -66,6 +66,7 @@ class GraphRunner:
         """The graph file of `kind` (float32) where one is made: the export's, else the cache's."""
         if self.folder:
             path = graphs.graph_path(self.folder, kind, self.runtime)
+            graphs.check_graph_file(self.folder, path)   # listed: there and whole, or an error
             if os.path.isfile(path):
                 return path
         path = graphs.graph_path(self._cache_folder(), kind, self.runtime)
@@ -88,9 +89,16 @@ class GraphRunner:
     def _load(self, kind):
         path = self._graph_file(kind)
         self.traces += 1
-        if self.runtime == "openvino":
-            return _openvino_session(path, self.dtype, self.threads)
-        return _onnx_session(path, self.threads)
+        try:
+            if self.runtime == "openvino":
+                return _openvino_session(path, self.dtype, self.threads)
+            return _onnx_session(path, self.threads)
+        except Exception as e:          # the runtimes' own errors: one line naming the file
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            fix = ("run `kbert export` again" if self.folder and path.startswith(self.folder)
+                   else f"delete {os.path.dirname(path)} to make it again")
+            raise graphs.ExportError(f"{path}: {self.runtime} cannot read this graph "
+                                     f"({first[:200]}); {fix}") from e
 
     def prepare(self, heads: Iterable[str]) -> None:
         """Makes and loads now every graph the `heads` (and the embeddings) need, the missing

@@ -37,15 +37,14 @@ Example:
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Collection, Sequence
 
 import keras
 
 from kbert import checkpoint as checkpoint_lib
+from kbert import outputs
 
 MAIN_ORDER = ("answer", "classify", "tag", "fill_mask", "next_sentence", "embed")
 HEAD_OF = {"fill_mask": "mlm", "next_sentence": "nsp", "answer": "span", "classify": "classifier",
@@ -87,9 +86,11 @@ def signatures_for(heads: Collection[str]) -> list[str]:
 
 def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version: int = 1,
            signatures: Sequence[str] | None = None,
-           options: ExportOptions | None = None, dtype: str = "float32") -> str:
+           options: ExportOptions | None = None, dtype: str = "float32",
+           overwrite: bool = False) -> str:
     """Writes the SavedModel of checkpoint `checkpoint_dir` (a directory, or a name that
-    `kbert.checkpoint.resolve` finds) to `output/<version>/`.
+    `kbert.checkpoint.resolve` finds) to `output/<version>/` (other versions in `output` are
+    left as they are; an existing `<version>` is replaced only with `overwrite`).
 
     signatures: the string signatures to write (default: every one the heads allow).
     options: the post-processing settings (`ExportOptions`; default: its defaults).
@@ -107,9 +108,10 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
     options = options or ExportOptions()
     if int(version) < 1:
         raise ExportError(f"version must be a positive integer, got {version}")
+    _check_output(output, int(version), overwrite)
     if keras.backend.backend() != "tensorflow":
         return _export_in_subprocess(checkpoint_dir, output, version, signatures, options,
-                                     dtype)
+                                     dtype, overwrite)
 
     ckpt = checkpoint_lib.load(checkpoint_dir, dtype=dtype, head_dtype="float32")
     available = signatures_for(ckpt.heads)
@@ -122,10 +124,22 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
                               f"the {name} signature (it has: {', '.join(ckpt.heads) or 'none'})")
     if not names:
         raise ExportError(f"checkpoint {checkpoint_dir}: no exportable head")
-    return _write(ckpt, names, output, int(version), options)
+    return _write(ckpt, names, output, int(version), options, overwrite)
 
 
-def _write(ckpt, names, output, version, options):
+def _check_output(output: str, version: int, overwrite: bool) -> None:
+    """The model folder (TF Serving's base path) holds versions, not another kbert output;
+    the version is new, or a SavedModel of kbert's replaced with `overwrite`."""
+    found = outputs.kind_of(output)
+    if os.path.lexists(output) and not os.path.isdir(output):
+        raise outputs.OutputError(f"--output {output} exists and is not a directory")
+    if found is not None:
+        raise outputs.OutputError(f"--output {output} holds {outputs.KINDS[found]}; a SavedModel "
+                                  f"goes into a model folder of its own (DIR/<version>/)")
+    outputs.check(os.path.join(output, str(version)), "saved_model", overwrite)
+
+
+def _write(ckpt, names, output, version, options, overwrite):
     # Imported here, not above: a JAX or PyTorch process calls `export` without TensorFlow.
     import tensorflow as tf
 
@@ -144,22 +158,14 @@ def _write(ckpt, names, output, version, options):
             functions[ids_name] = sig.concrete(ids_name)
     functions["serving_default"] = functions[next(n for n in MAIN_ORDER if n in functions)]
 
-    output = os.path.abspath(output)
-    os.makedirs(output, exist_ok=True)
-    target = os.path.join(output, str(version))
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=output)  # not numeric: Serving skips it
-    try:
+    target = os.path.join(os.path.abspath(output), str(version))
+    with outputs.Output(target, "saved_model", overwrite=overwrite) as out:
+        tmp = out.staging()             # `.<version>.kbert-new-*`: not numeric, Serving skips it
         tf.saved_model.save(root, tmp, signatures=functions)
         os.makedirs(os.path.join(tmp, "assets.extra"))
         with open(os.path.join(tmp, "assets.extra", "export_options.json"), "w") as f:
             json.dump(dataclasses.asdict(options), f, indent=2)
-        if os.path.isdir(target):
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+        return out.commit(tmp)
 
 
 # Runs `export` in a TensorFlow-backend interpreter: arguments as JSON in, the path or
@@ -176,17 +182,18 @@ except (ValueError, OSError) as e:
 """
 
 
-def _export_in_subprocess(checkpoint_dir, output, version, signatures, options, dtype):
+def _export_in_subprocess(checkpoint_dir, output, version, signatures, options, dtype,
+                          overwrite):
     """`export` again with KERAS_BACKEND=tensorflow (the graph needs TF's backend), with every
     argument and option; the child imports the same kbert as this process."""
     request = {"checkpoint_dir": checkpoint_dir, "output": output, "version": int(version),
                "signatures": list(signatures) if signatures else None,
-               "options": dataclasses.asdict(options), "dtype": dtype}
+               "options": dataclasses.asdict(options), "dtype": dtype, "overwrite": overwrite}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=path)
     done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(request)], env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, preexec_fn=outputs.die_with_parent)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines() or ["failed"]
         raise ExportError(lines[-1].split("error: ", 1)[-1])

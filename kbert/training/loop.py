@@ -16,6 +16,7 @@ Example (the same thing with plain Keras, as a user script would write it):
 >>> model.fit(ds, steps_per_epoch=100, epochs=10)                                # doctest: +SKIP
 """
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -26,6 +27,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
+from kbert import outputs
 from kbert.config import BertConfig
 from kbert.optimization import batches_seen, create_optimizer
 from kbert.training.callbacks import (
@@ -87,7 +89,7 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
              model_card: str | None = None, shuffle_buffer: int = 10000,
              callbacks: tuple | list = (), objective: str = "mlm_nsp",
              text: str | list | None = None, text_mode: str = "nsp",
-             data_service: str | None = None) -> "PretrainResult":
+             data_service: str | None = None, overwrite: bool = False) -> "PretrainResult":
     """Pretrains (MLM + NSP) and writes a kbert checkpoint directory to `output`.
 
     Args:
@@ -115,6 +117,8 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
         text_mode: `nsp` (BERT's sentence pairs) or `full_sentences` (RoBERTa's packing, no NSP).
         data_service: a tf.data service dispatcher (`grpc://host:port`) whose workers prepare
             the text batches (see docs/pretraining.md).
+        overwrite: replace a checkpoint already at `output` (refused otherwise, before any
+            work; anything else there always is). The chief locks `output` for the run.
 
     The steps, each a function below: `validate_settings` → `select_distribution` →
     `build_model_and_optimizer` → `make_phases` → `make_callbacks` → `fit_phases` →
@@ -130,23 +134,30 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
         max_seq_length, max_predictions_per_seq, optimizer, weight_decay, mixed_precision,
         jit_compile, checkpoint_every, accumulate, dynamic_masking, phase_steps, seed, strategy,
         tpu, backup_dir, shuffle_buffer, objective, text, text_mode, data_service)
+    if output is not None:
+        outputs.check(output, "checkpoint", overwrite)     # before any work, in one line
     dist = select_distribution(settings.strategy, settings.tpu)  # first: collectives need a
     shapes = data_shapes(settings)                              # fresh runtime
-    keras.utils.set_random_seed(settings.seed)
-    model, vocab, do_lower_case = build_model_and_optimizer(settings, dist, shapes)
-    backup = Backup(_backup_dir(settings, dist), settings.checkpoint_every * settings.accumulate,
-                    settings.resume_key(model.config, vocab))
-    seen = backup.restore(model)
-    phases = make_phases(settings, vocab, shapes, do_lower_case)
-    stop, all_callbacks = make_callbacks(settings, backup, log_dir, callbacks)
-    history, seen = fit_phases(model, phases, seen, dist, stop, all_callbacks, settings, verbose)
-    result = PretrainResult(model, seen // settings.accumulate, history, backup.interrupted)
-    if not backup.interrupted and output is not None:
-        result.output = save_checkpoint(model, vocab, do_lower_case, settings, dist,
-                                        save_dtype, model_card)
-        backup.delete()                         # finished: nothing to resume any more
-    result.wall_seconds = time.perf_counter() - started
-    return result
+    claim = (outputs.Output(output, "checkpoint", overwrite=overwrite)
+             if output is not None and dist.is_chief else contextlib.nullcontext())
+    with claim:                                 # checked and locked for the run
+        keras.utils.set_random_seed(settings.seed)
+        model, vocab, do_lower_case = build_model_and_optimizer(settings, dist, shapes)
+        backup = Backup(_backup_dir(settings, dist),
+                        settings.checkpoint_every * settings.accumulate,
+                        settings.resume_key(model.config, vocab))
+        seen = backup.restore(model)
+        phases = make_phases(settings, vocab, shapes, do_lower_case)
+        stop, all_callbacks = make_callbacks(settings, backup, log_dir, callbacks)
+        history, seen = fit_phases(model, phases, seen, dist, stop, all_callbacks, settings,
+                                   verbose)
+        result = PretrainResult(model, seen // settings.accumulate, history, backup.interrupted)
+        if not backup.interrupted and output is not None:
+            result.output = save_checkpoint(model, vocab, do_lower_case, settings, dist,
+                                            save_dtype, model_card)
+            backup.delete()                         # finished: nothing to resume any more
+        result.wall_seconds = time.perf_counter() - started
+        return result
 
 
 def build_model_and_optimizer(settings: Settings, dist: Distribution,

@@ -239,8 +239,9 @@ def test_statistics_on_the_real_corpus(shared_data, tmp_path):
     # Every record parses with the google-research / Model Garden spec.
     spec = feature_spec(128, 20)
     count = 0
-    for batch in tf.data.TFRecordDataset(sorted(map(str, (tmp_path / "out").glob("*")))).batch(
-            1024).map(lambda r: tf.io.parse_example(r, spec)):
+    shards = sorted(map(str, (tmp_path / "out").glob("*.tfrecord")))
+    for batch in tf.data.TFRecordDataset(shards).batch(1024).map(
+            lambda r: tf.io.parse_example(r, spec)):
         ids, labels = batch["input_ids"].numpy(), batch["masked_lm_ids"].numpy()
         w = batch["masked_lm_weights"].numpy() > 0
         assert not np.isin(labels[w], (0, 100, 101, 102, 103)).any()
@@ -257,16 +258,19 @@ def test_second_run_into_the_same_directory_is_refused_or_replaces(corpus, tmp_p
     common = ["--vocab", vocab, "--output", str(out), "--max-seq-length", "32",
               "--dupe-factor", "1", "--workers", "1"]
     assert run(capsys, "--input", *paths, "--block-size", "20", *common)[0] == 0
+    (out / "notes.txt").write_text("mine")          # the user's: kept by --overwrite
     first = sorted(p.name for p in out.iterdir())
-    assert len(first) > 1
+    assert len(first) > 3
     code, _, err = run(capsys, "--input", paths[0], *common)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert f"{out} is not empty" in err and "--overwrite" in err
+    assert f"{out} holds kbert pretraining data already; pass --overwrite" in err
     assert sorted(p.name for p in out.iterdir()) == first          # nothing touched
     code, text, err = run(capsys, "--input", paths[0], *common, "--overwrite")
     assert code == 0, err
-    assert f"removed {len(first)} old shard(s) first (--overwrite)" in text
-    assert sorted(p.name for p in out.iterdir()) == ["shard-00000.tfrecord"]
+    assert f"replaced {len(first) - 2} old shard(s) (--overwrite)" in text
+    assert sorted(p.name for p in out.iterdir()) == [".kbert-output.json", "notes.txt",
+                                                     "shard-00000.tfrecord"]   # notes kept
+    assert (out / "notes.txt").read_text() == "mine"
     alone = tmp_path / "alone"
     assert run(capsys, "--input", paths[0], *common[:2], "--output", str(alone),
                *common[4:])[0] == 0
@@ -322,7 +326,8 @@ def test_interrupted_run_leaves_no_temporary_or_partial_shards(corpus, tmp_path,
     code, _, err = run(capsys, "--input", *paths, "--vocab", vocab, "--output", str(out),
                        "--max-seq-length", "32", "--block-size", "20", "--workers", str(workers))
     assert code == 130 and "interrupted" in err
-    assert sorted(p.name for p in out.iterdir()) == []
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no leftovers
 
 
 def _interrupt_after_first_shard(write_blocks):

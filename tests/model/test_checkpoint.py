@@ -30,7 +30,8 @@ def test_round_trip_is_exact(tmp_path):
     model = _pretrainer()
     x = random_inputs(2, 10, 120)
     path = checkpoint.save(tmp_path / "ckpt", model, vocab=VOCAB)
-    assert sorted(os.listdir(path)) == ["config.json", "model.safetensors", "vocab.txt"]
+    assert sorted(os.listdir(path)) == [".kbert-output.json", "config.json", "model.safetensors",
+                                       "vocab.txt"]
     config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
     assert config["heads"] == {"mlm": {}, "nsp": {}} and config["do_lower_case"] is True
     for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import PASSAGES
+from kbert.outputs import OutputError
 from kbert.retrieval import EncoderMismatchError, Index, IndexDirectoryError
 from kbert.retrieval.encoder import normalize
 
@@ -169,7 +170,7 @@ def test_an_interrupted_save_leaves_the_old_index_whole(encoder, tmp_path, monke
         bigger.save(tmp_path / "idx")
     assert len(Index.load(tmp_path / "idx")) == 2
     assert sorted(os.listdir(tmp_path)) == ["idx"]
-    with pytest.raises(IndexDirectoryError, match="not a kbert index"):
+    with pytest.raises(OutputError, match=r"holds files kbert did not write \(a.txt\)"):
         (tmp_path / "notes").mkdir()
         (tmp_path / "notes" / "a.txt").write_text("mine")
         bigger.save(tmp_path / "notes")

@@ -10,6 +10,7 @@ import pytest
 from test_training import _setup, _weights
 
 from kbert.optimization import batches_seen, create_optimizer
+from kbert.outputs import OutputError
 from kbert.training.callbacks import Backup
 
 
@@ -83,7 +84,7 @@ def _pretrain(tmp_path, data, vocab, config, **overrides):
     from kbert import training
     args = dict(config=config, vocab=vocab, batch_size=8, steps=4, warmup_steps=1,
                 learning_rate=1e-3, checkpoint_every=2, jit_compile=False, verbose=0, seed=1,
-                shuffle_buffer=16)
+                shuffle_buffer=16, overwrite=True)
     args.update(overrides)
     return training.pretrain(data, str(tmp_path / "ck"), **args)
 
@@ -105,6 +106,8 @@ def test_finished_output_is_trained_again_and_a_mismatched_resume_is_refused(tmp
     first = _pretrain(tmp_path, data, vocab, config)
     assert first.steps == 4 and not os.path.exists(tmp_path / "ck.backup")   # removed when done
     weights = _weights(first.output)
+    with pytest.raises(OutputError, match="holds a kbert checkpoint already; pass --overwrite"):
+        _pretrain(tmp_path, data, vocab, config, overwrite=False)    # refused before training
     second = _pretrain(tmp_path, data, vocab, config, learning_rate=5e-3, seed=2)
     assert second.steps == 4 and len(second.history["loss"]) == len(first.history["loss"])
     changed = _weights(second.output)
