@@ -205,7 +205,7 @@ def run_retrieval_evaluate(args: argparse.Namespace) -> None:
 def run_open_qa(args: argparse.Namespace) -> None:
     import json
 
-    from kbert.retrieval.ask import evaluate_open_qa
+    from kbert.retrieval.open_qa import evaluate_open_qa
     if not args.retriever:
         raise CliError("open-qa needs --retriever (the sentence encoder that finds passages)")
     if not args.data.endswith(".json"):

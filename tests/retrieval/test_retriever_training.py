@@ -12,7 +12,7 @@ import kbert
 from helpers import tiny_vocab
 from kbert import BertConfig, checkpoint, cli
 from kbert.retrieval import training
-from kbert.retrieval.ask import ask
+from kbert.retrieval.open_qa import ask
 
 VOCAB = tiny_vocab(size=120)
 PAIRS = [("man", "the man went to the store"), ("milk", "he bought milk"),
