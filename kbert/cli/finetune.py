@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from kbert.cli import retrieval
-from kbert.cli.common import CliError, add_mixed_precision
+from kbert.cli.common import CliError, add_mixed_precision, positive_int
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
 from kbert.hardware import mixed_precision_policy
 
@@ -44,7 +44,7 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dev", help="the dev file scored after each epoch (retrieve, rerank: "
                                  "optional, else the last epoch is kept)")
     p.add_argument("--output", required=True, help="the checkpoint directory to write")
-    p.add_argument("--epochs", type=int, help="default 3 (retrieve, rerank: 1)")
+    p.add_argument("--epochs", type=positive_int, help="default 3 (retrieve, rerank: 1)")
     p.add_argument("--learning-rate", type=float,
                    help="peak learning rate (default 3e-5; retrieve, rerank: 2e-5)")
     p.add_argument("--batch-size", type=int, default=32)

@@ -96,7 +96,7 @@ def run_retrieval_training(args: argparse.Namespace) -> None:
 
     from kbert.retrieval import training
     check_output_dir(args.output)
-    common = dict(epochs=args.epochs or 1, batch_size=args.batch_size,
+    common = dict(epochs=1 if args.epochs is None else args.epochs, batch_size=args.batch_size,
                   learning_rate=args.learning_rate or 2e-5, warmup=args.warmup,
                   max_seq_length=args.max_seq_length, seed=args.seed,
                   mine_negatives_count=args.mine_negatives or 0, mine_with=args.mine_with,

@@ -385,9 +385,14 @@ def _jit_compile() -> bool | str:
 
 
 def _check_settings(epochs: int, batch_size: int, learning_rate: float, warmup: float) -> None:
-    if epochs < 1 or batch_size < 2 or learning_rate <= 0 or not 0 <= warmup < 1:
-        raise ValueError("need epochs >= 1, batch_size >= 2, learning_rate > 0, "
-                         "0 <= warmup < 1")
+    """One line naming the first setting out of range (batches of two or more: a batch of one
+    pair has no in-batch negative)."""
+    for name, value, ok, need in (("epochs", epochs, epochs >= 1, ">= 1"),
+                                  ("batch_size", batch_size, batch_size >= 2, ">= 2"),
+                                  ("learning_rate", learning_rate, learning_rate > 0, "> 0"),
+                                  ("warmup", warmup, 0 <= warmup < 1, "in [0, 1)")):
+        if not ok:
+            raise ValueError(f"{name} must be {need}, got {value!r}")
 
 
 def _dev_data(dev: str | Pairs | None, columns: dict) -> RetrievalData | None:
