@@ -107,18 +107,25 @@ def read_pairs(path: str, query_column: str = "query", positive_column: str = "p
     return pairs
 
 
-def _text(row: dict, column: str, where: str, value: Any = None) -> str:
-    value = row.get(column) if value is None else value
+_MISSING = object()
+
+
+def _text(row: dict, column: str, where: str, value: Any = _MISSING) -> str:
+    """`row[column]` (or `value`, one text of its list), refused unless it is a text with a
+    non-space character: missing, null (JSON `null`), empty or not a string."""
+    if value is _MISSING:
+        value = row.get(column, _MISSING)
     if not isinstance(value, str) or not value.strip():
-        found = ("missing" if value is None else "empty" if isinstance(value, str)
-                 else f"a {type(value).__name__}, not text")
+        found = ("missing" if value is _MISSING else "null" if value is None
+                 else "empty" if isinstance(value, str)
+                 else f"a {type(value).__name__}, not a string")
         raise PairsError(f"{where}: column {column!r} is {found} (columns: {', '.join(row)})")
     return value
 
 
 def _texts(row: dict, column: str, where: str) -> list[str]:
     """One text, or a JSONL list of them."""
-    value = row.get(column)
+    value = row.get(column, _MISSING)
     if isinstance(value, list) and not value:
         raise PairsError(f"{where}: column {column!r} is an empty list")
     return [_text(row, column, where, v) for v in (value if isinstance(value, list)
