@@ -65,6 +65,10 @@ def test_index_errors_are_one_line(files, encoder, other_encoder, capsys, tmp_pa
     err = _error(capsys, "index", "search", tmp_path / "i", "q", "--model",
                  other_encoder.checkpoint.path)
     assert "was built with encoder tiny-encoder" in err and "not other-encoder" in err
+    # an argument of bytes that are not UTF-8 reaches Python as lone surrogates
+    err = _error(capsys, "index", "search", tmp_path / "i", "milk \udcff")
+    assert err == ("kbert index: error: search: query 0 has a lone surrogate U+DCFF at "
+                   "position 5 (not valid Unicode)")
 
 
 @pytest.mark.parametrize("name, data, line", [
