@@ -436,7 +436,7 @@ def open_qa(encoder_path, data, answers, contexts, corpus, reranker_path=None):
     import kbert
     from kbert.finetune.metrics import squad_exact_f1
     from kbert.retrieval import Index
-    from kbert.retrieval.ask import ask
+    from kbert.retrieval.open_qa import ask
     reader = kbert.load("minilm-l6-squad")
     encoder = kbert.load(encoder_path)
     index = Index.build(encoder, corpus)

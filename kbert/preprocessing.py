@@ -344,14 +344,16 @@ class BertBiEncoderPreprocessor(BertPreprocessor):
                    if i == 2 else np.asarray(c, object) for i, c in enumerate(x)]
         lengths = [len(ids) for ids in self.tokenizer.encode_batch([str(t) for t in columns[1]])]
         epoch = [int(np.random.randint(2 ** 31)) if seed is None else seed]
+        join_single = len(columns) == 2     # without negatives, one pair alone learns nothing
 
         def generate():
             epoch[0] += 1
-            for rows in batching.distinct_batches(lengths, columns[1], batch_size, epoch[0]):
+            for rows in batching.distinct_batches(lengths, columns[1], batch_size, epoch[0],
+                                                  join_single=join_single):
                 yield (tuple(c[rows].astype(str) for c in columns),)
 
         signature = tuple(tf.TensorSpec((None,) * c.ndim, tf.string) for c in columns)
-        count = -(-len(lengths) // batch_size)
+        count = batching.distinct_batch_count(len(lengths), batch_size, join_single)
         ds = tf.data.Dataset.from_generator(generate, output_signature=(signature,))
         return ds.apply(tf.data.experimental.assert_cardinality(count)).map(
             lambda *e: self(*e)).prefetch(tf.data.AUTOTUNE)

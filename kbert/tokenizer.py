@@ -62,6 +62,32 @@ if TYPE_CHECKING:
 _SMALL_TEXTS, _SMALL_CHARS = 8, 3000   # at most: a request for the Rust tokenizer
 
 
+def unicode_problem(text: str) -> str | None:
+    """Why `text` is not Unicode that can be tokenized (UTF-8 encoded), else None: "a lone
+    surrogate U+D800 at position 1" — half of a pair, as a bad JSON escape (`"\\ud800"`) or
+    bytes decoded with `errors="surrogateescape"` leave it.
+
+    >>> unicode_problem("a\\ud800b"), unicode_problem("café")
+    ('a lone surrogate U+D800 at position 1 (not valid Unicode)', None)
+    """
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"a lone surrogate U+{ord(text[e.start]):04X} at position {e.start} "
+                "(not valid Unicode)")
+    return None
+
+
+def check_unicode(texts: Sequence[str]) -> None:
+    """A one-line ValueError naming the first text (its index) that `unicode_problem` refuses."""
+    for i, text in enumerate(texts):
+        problem = unicode_problem(text) if isinstance(text, str) else None
+        if problem:
+            raise ValueError(f"text {i}: {problem}")
+
+
 def char_offsets(text: str, starts: Iterable[int],
                  ends: Iterable[int]) -> tuple[list[int], list[int]]:
     """Byte offsets into `text`'s UTF-8 encoding → character offsets into the Python string.
@@ -174,6 +200,7 @@ class Tokenizer:
         texts = list(texts)
         if not texts:
             return []
+        check_unicode(texts)
         rust = self._rust_route(texts, mask_literal=False)
         if rust:
             out = []
@@ -195,6 +222,7 @@ class Tokenizer:
         texts = list(texts)
         if not texts:
             return []
+        check_unicode(texts)
         rust = self._rust_route(texts, mask_literal)
         if rust:
             return [encoding.ids for encoding in _encode(rust, texts)]

@@ -86,6 +86,34 @@ def test_output_that_is_a_file_is_refused(tmp_path, capsys, corpus):
         assert err == f"kbert {argv[0]}: error: --output {taken} exists and is not a directory"
 
 
+# --- finetune arguments checked up front --------------------------------------------------------
+@pytest.mark.parametrize("task", ["sst2", "retrieve", "rerank"])
+@pytest.mark.parametrize("epochs", ["0", "-1"])
+def test_finetune_epochs_below_one_are_refused(tmp_path, capsys, task, epochs):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["finetune", task, "--init", "x", "--train", "t", "--dev", "d",
+                  "--output", str(tmp_path / "o"), "--epochs", epochs])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"kbert finetune: error: argument --epochs: must be >= 1, got {epochs}")
+    assert not (tmp_path / "o").exists()
+
+
+def test_finetune_api_refuses_epochs_below_one_naming_them(tmp_path):
+    from kbert import finetune
+    from kbert.retrieval import training
+    out = str(tmp_path / "o")
+    with pytest.raises(ValueError, match=r"^epochs must be >= 1, got 0$"):
+        finetune.finetune("sst2", "x", "t", "d", out, epochs=0)
+    for train in (training.train_retriever, training.train_reranker):
+        with pytest.raises(ValueError, match=r"^epochs must be >= 1, got 0$"):
+            train("x", "t", out, epochs=0)
+    with pytest.raises(ValueError, match=r"^batch_size must be >= 2, got 1$"):
+        training.train_retriever("x", "t", out, batch_size=1)
+    assert not (tmp_path / "o").exists()
+
+
 # --- one place for expected errors ---------------------------------------------------------------
 def test_permission_and_tensorflow_errors_are_one_line(tmp_path, capsys, corpus, monkeypatch):
     import tensorflow as tf

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 
 from kbert.cli import retrieval
-from kbert.cli.common import CliError, add_mixed_precision, add_overwrite, check_output_dir
+from kbert.cli.common import (
+    CliError,
+    add_mixed_precision,
+    add_overwrite,
+    check_output_dir,
+    positive_int,
+)
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
 from kbert.hardware import mixed_precision_policy
 
@@ -45,7 +51,7 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
                                  "optional, else the last epoch is kept)")
     p.add_argument("--output", required=True, help="the checkpoint directory to write")
     add_overwrite(p, "a checkpoint")
-    p.add_argument("--epochs", type=int, help="default 3 (retrieve, rerank: 1)")
+    p.add_argument("--epochs", type=positive_int, help="default 3 (retrieve, rerank: 1)")
     p.add_argument("--learning-rate", type=float,
                    help="peak learning rate (default 3e-5; retrieve, rerank: 2e-5)")
     p.add_argument("--batch-size", type=int, default=32)

@@ -100,7 +100,8 @@ def run_retrieval_training(args: argparse.Namespace) -> None:
 
     from kbert.retrieval import training
     check_output_dir(args.output, "checkpoint", args.overwrite)
-    common = dict(overwrite=args.overwrite, epochs=args.epochs or 1, batch_size=args.batch_size,
+    common = dict(overwrite=args.overwrite, epochs=1 if args.epochs is None else args.epochs,
+                  batch_size=args.batch_size,
                   learning_rate=args.learning_rate or 2e-5, warmup=args.warmup,
                   max_seq_length=args.max_seq_length, seed=args.seed,
                   mine_negatives_count=args.mine_negatives or 0, mine_with=args.mine_with,
@@ -218,7 +219,7 @@ def run_retrieval_evaluate(args: argparse.Namespace) -> None:
 def run_open_qa(args: argparse.Namespace) -> None:
     import json
 
-    from kbert.retrieval.ask import evaluate_open_qa
+    from kbert.retrieval.open_qa import evaluate_open_qa
     if not args.retriever:
         raise CliError("open-qa needs --retriever (the sentence encoder that finds passages)")
     if not args.data.endswith(".json"):

@@ -58,15 +58,20 @@ def length_batches(lengths: np.ndarray | Sequence[int], batch_size: int, bucket:
 
 
 def distinct_batches(lengths: Sequence[int], keys: Sequence[Any], batch_size: int,
-                     seed: int = 0, pool: int = 50) -> list[np.ndarray]:
+                     seed: int = 0, pool: int = 50,
+                     join_single: bool = False) -> list[np.ndarray]:
     """Index arrays, one per batch, for training with in-batch negatives: a shuffled order,
     sorted by length within pools of `pool` batches (less padding), dealt so that no batch
     holds two rows with the same key (a passage asked about twice is no negative of
     itself) — a row that would repeat one waits for the next batch. Every batch is full but
-    the last; the batches come in random order, the short one last.
+    the last; the batches come in random order, the short one last. With `join_single`, a
+    last batch of one row joins the batch before it: alone it has no in-batch negative (a
+    loss of 0, nothing learnt). `distinct_batch_count` says how many batches there are.
 
     >>> [sorted(b.tolist()) for b in distinct_batches([5, 5, 9, 9], "aabb", 2)]
     [[0, 2], [1, 3]]
+    >>> [len(b) for b in distinct_batches([5] * 5, "abcde", 2, join_single=True)]
+    [2, 3]
     """
     rng = np.random.default_rng(seed)
     shuffled = length_batches(lengths, len(lengths) or 1, bucket=False, shuffle=True,
@@ -96,8 +101,21 @@ def distinct_batches(lengths: Sequence[int], keys: Sequence[Any], batch_size: in
         waiting.extendleft(reversed(deferred))
         out.append(np.asarray(batch))
     full = [b for b in out if len(b) == batch_size]
-    return [full[i] for i in rng.permutation(len(full))] + [b for b in out
-                                                            if len(b) < batch_size]
+    dealt = [full[i] for i in rng.permutation(len(full))] + [b for b in out
+                                                             if len(b) < batch_size]
+    if join_single and len(dealt) > 1 and len(dealt[-1]) == 1:
+        dealt[-2:] = [np.concatenate(dealt[-2:])]
+    return dealt
+
+
+def distinct_batch_count(rows: int, batch_size: int, join_single: bool = False) -> int:
+    """How many batches `distinct_batches` deals `rows` rows into.
+
+    >>> distinct_batch_count(5, 2), distinct_batch_count(5, 2, join_single=True)
+    (3, 2)
+    """
+    count = -(-rows // batch_size)
+    return count - 1 if join_single and count > 1 and rows % batch_size == 1 else count
 
 
 def batches(features: Features, batch_size: int, bucket: bool = True, shuffle: bool = False,

@@ -315,8 +315,12 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
     """
     started = time.perf_counter()
     spec = get_task(task, **(task_options or {}))
-    if epochs < 1 or batch_size < 1 or learning_rate <= 0 or not 0 <= warmup < 1:
-        raise ValueError("need epochs >= 1, batch_size >= 1, learning_rate > 0, 0 <= warmup < 1")
+    for name, value, ok, need in (("epochs", epochs, epochs >= 1, ">= 1"),
+                                  ("batch_size", batch_size, batch_size >= 1, ">= 1"),
+                                  ("learning_rate", learning_rate, learning_rate > 0, "> 0"),
+                                  ("warmup", warmup, 0 <= warmup < 1, "in [0, 1)")):
+        if not ok:
+            raise ValueError(f"{name} must be {need}, got {value!r}")
     if tune_null_threshold and spec.name != "squad2":
         raise ValueError("--tune-null-threshold is for squad2 only")
     with outputs.Output(output, "checkpoint", overwrite=overwrite):     # checked, locked

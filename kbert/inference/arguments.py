@@ -9,6 +9,7 @@ from typing import Union
 import numpy as np
 
 from kbert.checkpoint_format import Contents, MissingHeadError
+from kbert.tokenizer import unicode_problem
 
 Texts = Union[str, Sequence[str]]
 
@@ -46,6 +47,9 @@ def texts(method: str, value: object, what: str = "text",
             raise ValueError(f"{method}: {where} is a {type(item).__name__}, not a string")
         if not allow_empty and not item.strip():
             raise ValueError(f"{method}: {where} is empty")
+        problem = unicode_problem(item)
+        if problem:
+            raise ValueError(f"{method}: {where} has {problem}")
     return items, single
 
 

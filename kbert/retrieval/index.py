@@ -28,6 +28,7 @@ from kbert import outputs
 from kbert.retrieval import encoder as encoder_lib
 from kbert.retrieval import fusion
 from kbert.retrieval.passages import split_passages
+from kbert.tokenizer import unicode_problem
 
 if TYPE_CHECKING:   # type-only: the pipeline imports this package; BM25 loads on use
     from kbert.pipeline import Bert
@@ -399,6 +400,8 @@ def _check_texts(texts: Sequence[str]) -> Sequence[str]:
             raise ValueError(f"index: text {i} is a {type(t).__name__}, not a string")
         if not t.strip():
             raise ValueError(f"index: text {i} is empty")
+        if unicode_problem(t):
+            raise ValueError(f"index: text {i} has {unicode_problem(t)}")
     return texts
 
 
@@ -415,6 +418,8 @@ def _check_queries(queries: str | Sequence[str]) -> list[str]:
             raise ValueError(f"search: query {i} is a {type(q).__name__}, not a string")
         if not q.strip():
             raise ValueError(f"search: query {i} is empty")
+        if unicode_problem(q):
+            raise ValueError(f"search: query {i} has {unicode_problem(q)}")
     return items
 
 

@@ -94,13 +94,16 @@ def read_texts(paths: Sequence[str], column: str | None = None) -> tuple[list[st
             raise PassageError(f"{path}: no such file")
         suffix = os.path.splitext(path)[1].lower()
         rows: list[tuple[int | None, str]]
-        if suffix == ".jsonl":
-            rows = _jsonl(path, column or "text")
-        elif suffix in (".csv", ".tsv"):
-            rows = _csv(path, column or "text", "\t" if suffix == ".tsv" else ",")
-        else:
-            with open(path, encoding="utf-8") as f:
-                rows = [(None, f.read())]
+        try:
+            if suffix == ".jsonl":
+                rows = _jsonl(path, column or "text")
+            elif suffix in (".csv", ".tsv"):
+                rows = _csv(path, column or "text", "\t" if suffix == ".tsv" else ",")
+            else:
+                with open(path, encoding="utf-8") as f:
+                    rows = [(None, f.read())]
+        except UnicodeDecodeError:
+            raise PassageError(_not_utf8(path)) from None
         for line, text in rows:
             if text.strip():
                 texts.append(text)
@@ -108,6 +111,19 @@ def read_texts(paths: Sequence[str], column: str | None = None) -> tuple[list[st
     if not texts:
         raise PassageError(f"no text found in {', '.join(paths)}")
     return texts, meta
+
+
+def _not_utf8(path: str) -> str:
+    """The one line for a file that is not UTF-8: where its first undecodable byte is."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        return (f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                f"{e.start}: {e.reason}); save it as UTF-8")
+    return f"{path}: not UTF-8 text; save it as UTF-8"
 
 
 def _jsonl(path: str, column: str) -> list[tuple[int | None, str]]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from kbert.retrieval.fusion import fuse
+from kbert.tokenizer import unicode_problem
 
 if TYPE_CHECKING:   # type-only: the pipeline imports this package
     from kbert.pipeline import Bert
@@ -88,6 +89,10 @@ def rerank(model: Bert, query: str, passages: Sequence[str], top_k: int | None =
     for i, p in enumerate(passages):
         if not isinstance(p, str) or not p.strip():
             raise ValueError(f"rerank: passage {i} is empty or not a string")
+    for where, text in [("the query", query)] + [(f"passage {i}", p)
+                                                 for i, p in enumerate(passages)]:
+        if unicode_problem(text):
+            raise ValueError(f"rerank: {where} has {unicode_problem(text)}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or top_k < 1):
         raise ValueError(f"rerank: top_k must be an integer >= 1, got {top_k!r}")

@@ -108,18 +108,25 @@ def read_pairs(path: str, query_column: str = "query", positive_column: str = "p
     return pairs
 
 
-def _text(row: dict, column: str, where: str, value: Any = None) -> str:
-    value = row.get(column) if value is None else value
+_MISSING = object()
+
+
+def _text(row: dict, column: str, where: str, value: Any = _MISSING) -> str:
+    """`row[column]` (or `value`, one text of its list), refused unless it is a text with a
+    non-space character: missing, null (JSON `null`), empty or not a string."""
+    if value is _MISSING:
+        value = row.get(column, _MISSING)
     if not isinstance(value, str) or not value.strip():
-        found = ("missing" if value is None else "empty" if isinstance(value, str)
-                 else f"a {type(value).__name__}, not text")
+        found = ("missing" if value is _MISSING else "null" if value is None
+                 else "empty" if isinstance(value, str)
+                 else f"a {type(value).__name__}, not a string")
         raise PairsError(f"{where}: column {column!r} is {found} (columns: {', '.join(row)})")
     return value
 
 
 def _texts(row: dict, column: str, where: str) -> list[str]:
     """One text, or a JSONL list of them."""
-    value = row.get(column)
+    value = row.get(column, _MISSING)
     if isinstance(value, list) and not value:
         raise PairsError(f"{where}: column {column!r} is an empty list")
     return [_text(row, column, where, v) for v in (value if isinstance(value, list)
@@ -291,19 +298,23 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
     """
     import keras
 
+    from kbert.finetune.batching import distinct_batch_count
     from kbert.models import BertBiEncoder
     _check_settings(epochs, batch_size, learning_rate, warmup)
     policy = mixed_precision_policy(mixed_precision)                 # None: float32
     keras.utils.set_random_seed(seed)
     pairs = train if isinstance(train, Pairs) else read_pairs(train, **columns)
+    if not mine_negatives_count:                 # mined negatives: a check of their own
+        _check_in_batch_negatives(pairs, train)
     dev_data = _dev_data(dev, columns)
     encoder = BertBiEncoder.from_checkpoint(init, max_seq_length=max_seq_length,
                                             temperature=temperature, dtype=policy)
     if mine_negatives_count:
         pairs = mine_negatives(pairs, mine_negatives_count, mine_with, encoder)
     x = (pairs.queries, pairs.positives) + ((pairs.negatives,) if pairs.negatives else ())
+    per_epoch = distinct_batch_count(len(pairs), batch_size, join_single=not pairs.negatives)
     encoder.compile(learning_rate=learning_rate, warmup=warmup,
-                    num_train_steps=-(-len(pairs) // batch_size) * epochs,
+                    num_train_steps=per_epoch * epochs,
                     jit_compile=_jit_compile(), loss_scale=policy == "mixed_float16")
     settings = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                     warmup=warmup, max_seq_length=encoder.preprocessor.max_seq_length,
@@ -390,9 +401,26 @@ def _jit_compile() -> bool | str:
 
 
 def _check_settings(epochs: int, batch_size: int, learning_rate: float, warmup: float) -> None:
-    if epochs < 1 or batch_size < 2 or learning_rate <= 0 or not 0 <= warmup < 1:
-        raise ValueError("need epochs >= 1, batch_size >= 2, learning_rate > 0, "
-                         "0 <= warmup < 1")
+    """One line naming the first setting out of range (batches of two or more: a batch of one
+    pair has no in-batch negative)."""
+    for name, value, ok, need in (("epochs", epochs, epochs >= 1, ">= 1"),
+                                  ("batch_size", batch_size, batch_size >= 2, ">= 2"),
+                                  ("learning_rate", learning_rate, learning_rate > 0, "> 0"),
+                                  ("warmup", warmup, 0 <= warmup < 1, "in [0, 1)")):
+        if not ok:
+            raise ValueError(f"{name} must be {need}, got {value!r}")
+
+
+def _check_in_batch_negatives(pairs: Pairs, train: str | Pairs) -> None:
+    """Without hard negatives a query's only negatives are the other positives of its batch:
+    a file with one positive passage would train on a loss of 0, learning nothing."""
+    distinct = len(set(pairs.positives))
+    if not pairs.negatives and distinct < 2:
+        rows = f"{len(pairs)} pair{'s' if len(pairs) > 1 else ''}"
+        raise PairsError(f"{_name(train)}: {rows} with {distinct} distinct positive passage: "
+                         "in-batch negatives need at least 2 (each query's negatives are the "
+                         "other positives of its batch); add pairs, or negatives "
+                         "(--negative-column, --mine-negatives N)")
 
 
 def _dev_data(dev: str | Pairs | None, columns: dict) -> RetrievalData | None:

@@ -51,8 +51,8 @@ def resolve(runtime: str | None = "keras", dtype: str | None = "float32") -> tup
     Traceback (most recent call last):
     kbert.runtime.options.RuntimeOptionError: unknown runtime 'tflite': use one of auto, keras, ...
     """
-    runtime = runtime or "keras"
-    dtype = dtype or "float32"
+    runtime = "keras" if runtime is None else runtime   # None is the default; "" is no name
+    dtype = "float32" if dtype is None else dtype
     if runtime not in RUNTIME_CHOICES:
         raise RuntimeOptionError(f"unknown runtime {runtime!r}: use one of "
                                  f"{', '.join(RUNTIME_CHOICES)}")

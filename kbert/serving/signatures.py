@@ -71,6 +71,36 @@ class Signatures:
     def _features(input_ids, segment_ids, input_mask):
         return {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask}
 
+    def _checked_features(self, input_ids, segment_ids, input_mask):
+        """The `*_ids` signatures' inputs, checked in the graph first: a request with an id
+        outside the vocabulary, a segment id outside the segment vocabulary, more tokens than
+        the position embeddings hold, or inputs of different shapes fails with an
+        InvalidArgumentError naming the input (TensorFlow's `Assert` op, which TF Serving
+        runs), where an embedding lookup would read the last row for a negative id, fail
+        deep inside on a CPU for an id past the end, and read zeros on a GPU."""
+        c = self.ckpt.config
+        debug = tf.debugging
+        checks = [
+            debug.assert_equal(tf.shape(segment_ids), tf.shape(input_ids),
+                               message="segment_ids must have the shape of input_ids"),
+            debug.assert_equal(tf.shape(input_mask), tf.shape(input_ids),
+                               message="input_mask must have the shape of input_ids"),
+            debug.assert_less_equal(tf.shape(input_ids)[1], c.max_position_embeddings,
+                                    message=f"input_ids: at most {c.max_position_embeddings} "
+                                            "tokens a row (max_position_embeddings)"),
+            debug.assert_non_negative(input_ids, message="input_ids must be >= 0"),
+            debug.assert_less(input_ids, c.vocab_size,
+                              message=f"input_ids must be < {c.vocab_size} (the vocabulary "
+                                      "size)"),
+            debug.assert_non_negative(segment_ids, message="segment_ids must be >= 0"),
+            debug.assert_less(segment_ids, c.type_vocab_size,
+                              message=f"segment_ids must be < {c.type_vocab_size} "
+                                      "(type_vocab_size)"),
+        ]
+        with tf.control_dependencies(checks):
+            return self._features(tf.identity(input_ids), tf.identity(segment_ids),
+                                  tf.identity(input_mask))
+
     # --- string signatures --------------------------------------------------------------------
     def fill_mask(self, text: Tensor) -> dict[str, Tensor]:
         tok, options = self.tokenizer, self.options
@@ -189,31 +219,31 @@ class Signatures:
     # --- token-id signatures ------------------------------------------------------------------
     def fill_mask_ids(self, input_ids: Tensor, segment_ids: Tensor,
             input_mask: Tensor) -> dict[str, Tensor]:
-        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        out = self._encode(self._checked_features(input_ids, segment_ids, input_mask))
         return {"logits": self.heads["mlm"](out["sequence_output"])}            # [B, T, V]
 
     def next_sentence_ids(self, input_ids: Tensor, segment_ids: Tensor,
             input_mask: Tensor) -> dict[str, Tensor]:
-        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        out = self._encode(self._checked_features(input_ids, segment_ids, input_mask))
         return {"logits": self.heads["nsp"](out["pooled_output"])}
 
     def answer_ids(self, input_ids: Tensor, segment_ids: Tensor,
             input_mask: Tensor) -> dict[str, Tensor]:
-        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        out = self._encode(self._checked_features(input_ids, segment_ids, input_mask))
         start, end = self.heads["span"](out["sequence_output"])
         return {"start_logits": start, "end_logits": end}
 
     def classify_ids(self, input_ids: Tensor, segment_ids: Tensor,
             input_mask: Tensor) -> dict[str, Tensor]:
-        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        out = self._encode(self._checked_features(input_ids, segment_ids, input_mask))
         return {"logits": self.heads["classifier"](out["pooled_output"])}
 
     def tag_ids(self, input_ids: Tensor, segment_ids: Tensor,
             input_mask: Tensor) -> dict[str, Tensor]:
-        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        out = self._encode(self._checked_features(input_ids, segment_ids, input_mask))
         return {"logits": self.heads["tagger"](out["sequence_output"])}
 
     def embed_ids(self, input_ids: Tensor, segment_ids: Tensor,
             input_mask: Tensor) -> dict[str, Tensor]:
-        out = self._encode(self._features(input_ids, segment_ids, input_mask))
+        out = self._encode(self._checked_features(input_ids, segment_ids, input_mask))
         return {"sequence_output": out["sequence_output"], "pooled_output": out["pooled_output"]}

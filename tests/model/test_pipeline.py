@@ -249,6 +249,31 @@ def test_empty_inputs_are_refused(tiny_pretrained, call):
         call(tiny_pretrained)
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda m: m.fill_mask(["the [MASK] .", "a\ud800 [MASK]"]), "fill_mask: text 1 has"),
+    (lambda m: m.embed("x\udcff"), "embed: the text has"),
+    (lambda m: m.hidden_states(["ok", "t\udcff"]), "hidden_states: text 1 has"),
+    (lambda m: m.next_sentence("a .", "b\ud800"), "next_sentence: the sentence_b has"),
+    (lambda m: m.search(["ok", "q\ud800"], ["the dog sat"]), "search: query 1 has"),
+    (lambda m: m.search("ok", ["the dog", "p\ud800"]), "index: text 1 has"),
+    (lambda m: m.rerank("q\ud800", ["the dog"]), "rerank: the query has"),
+    (lambda m: m.rerank("q", ["the dog", "p\ud800"]), "rerank: passage 1 has"),
+])
+def test_a_lone_surrogate_is_one_line_naming_the_text_and_position(tiny_pretrained, call,
+                                                                   message):
+    with pytest.raises(ValueError) as e:
+        call(tiny_pretrained)
+    assert str(e.value).startswith(f"{message} a lone surrogate U+")
+    assert str(e.value).endswith("at position 1 (not valid Unicode)")
+
+
+def test_answer_names_the_context_with_a_lone_surrogate(tiny_squad):
+    with pytest.raises(ValueError) as e:
+        tiny_squad.answer(["who sat ?", "who ?"], ["the dog sat .", "the \ud800 dog"])
+    assert str(e.value) == ("answer: context 1 has a lone surrogate U+D800 at position 4 (not "
+                            "valid Unicode)")
+
+
 def test_empty_text_still_has_a_vector(tiny_pretrained):
     # As in HF: "" is [CLS] [SEP], so it has an embedding (only next_sentence/answer refuse it).
     vectors = tiny_pretrained.embed(["the dog", ""])

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import kbert.tokenizer as tokenizer_module
+from helpers import tiny_vocab
 from kbert.basic_tokenizer import basic_tokenize
 from kbert.data.sentences import read_documents
 from kbert.data.vocab import build_vocab
@@ -194,6 +195,18 @@ def test_unknown_words_keep_their_whole_span_on_both_routes():
     assert fast == [x.to_list() for x in tiny.graph._offsets_route(tf.constant(texts))]
     assert [rows[0] for rows in fast] == [[5, 6, 7, 1, 1, 5, 7, 1], [0, 6, 11, 12, 14, 18, 23, 24],
                                           [5, 11, 12, 13, 17, 23, 24, 25]]
+
+
+def test_a_lone_surrogate_is_one_error_naming_the_text_on_every_route(route):
+    tok = Tokenizer(tiny_vocab())
+    texts = ["the man", "a\ud800b"] + ["the dog sat"] * 10
+    for call in (tok.encode_batch, tok.batch_tokenize_with_char_offsets):
+        for batch in (texts[:2], texts):                    # a small request and a large one
+            with pytest.raises(ValueError) as e:
+                call(batch)
+            assert str(e.value) == ("text 1: a lone surrogate U+D800 at position 1 (not valid "
+                                    "Unicode)")
+    assert tok.encode("caf\u00e9") == tok.encode("cafe")      # a valid pair or accent is fine
 
 
 def test_byte_and_char_offsets(tok):

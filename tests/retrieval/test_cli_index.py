@@ -65,6 +65,31 @@ def test_index_errors_are_one_line(files, encoder, other_encoder, capsys, tmp_pa
     err = _error(capsys, "index", "search", tmp_path / "i", "q", "--model",
                  other_encoder.checkpoint.path)
     assert "was built with encoder tiny-encoder" in err and "not other-encoder" in err
+    # an argument of bytes that are not UTF-8 reaches Python as lone surrogates
+    err = _error(capsys, "index", "search", tmp_path / "i", "milk \udcff")
+    assert err == ("kbert index: error: search: query 0 has a lone surrogate U+DCFF at "
+                   "position 5 (not valid Unicode)")
+
+
+@pytest.mark.parametrize("name, data, line", [
+    ("latin1.txt", "caf\u00e9 au lait\nand more".encode("latin-1"), 1),
+    ("latin1.jsonl", b'{"text": "ok"}\n{"text": "caf\xe9"}\n', 2),
+    ("latin1.csv", b"text\nok\n\ncaf\xe9\n", 4),
+])
+def test_a_file_that_is_not_utf8_is_named_with_its_line(files, encoder, capsys, tmp_path,
+                                                         name, data, line):
+    bad = files / name
+    bad.write_bytes(data)
+    offset = data.index(b"\xe9")
+    err = _error(capsys, "index", "build", bad, "--model", encoder.checkpoint.path,
+                 "--output", tmp_path / "x")
+    assert err == (f"kbert index: error: {bad}:{line}: not UTF-8 text (byte 0xe9 at offset "
+                   f"{offset}: invalid continuation byte); save it as UTF-8")
+    assert not (tmp_path / "x").exists()
+    assert cli.main(["index", "build", str(files / "a.jsonl"), "--text-column", "body",
+                     "--model", encoder.checkpoint.path, "--output", str(tmp_path / "i")]) == 0
+    capsys.readouterr()
+    assert _error(capsys, "index", "add", tmp_path / "i", bad) == err
 
 
 def test_evaluate_retrieve_and_rerank_print_one_json_line(tmp_path, encoder, cross_encoders,

@@ -12,7 +12,7 @@ import kbert
 from helpers import tiny_vocab
 from kbert import BertConfig, checkpoint, cli
 from kbert.retrieval import training
-from kbert.retrieval.ask import ask
+from kbert.retrieval.open_qa import ask
 
 VOCAB = tiny_vocab(size=120)
 PAIRS = [("man", "the man went to the store"), ("milk", "he bought milk"),
@@ -103,6 +103,31 @@ def test_reranker_starts_from_the_nsp_head_and_trains(tiny, tmp_path):
         kbert.BertReranker.from_checkpoint(tiny["nsp"], num_labels=3)
 
 
+def test_one_positive_passage_is_refused_and_a_lone_last_pair_joins_a_batch(tiny, tmp_path,
+                                                                          capsys):
+    one = _rows(tmp_path / "one.jsonl", [{"query": "man", "positive": "the man went"}])
+    assert cli.main(["finetune", "retrieve", "--init", tiny["encoder"], "--train", one,
+                     "--output", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"kbert finetune: error: {one}: 1 pair with 1 distinct positive passage: in-batch "
+        "negatives need at least 2 (each query's negatives are the other positives of its "
+        "batch); add pairs, or negatives (--negative-column, --mine-negatives N)"]
+    same = training.Pairs(["man", "who went", "where"], ["the man went"] * 3)
+    with pytest.raises(training.PairsError, match=r"^\(in memory\): 3 pairs with 1 distinct "):
+        training.train_retriever(tiny["encoder"], same, str(tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
+    # 5 pairs in batches of 2: the fifth joins a batch (alone its loss is 0); with
+    # negatives it has some, and stays alone
+    preprocessor = kbert.BertBiEncoder.from_checkpoint(tiny["encoder"]).preprocessor
+    queries, positives = [q for q, _ in PAIRS[:5]], [p for _, p in PAIRS[:5]]
+    for x, sizes in (((queries, positives), [2, 3]),
+                     ((queries, positives, positives[1:] + positives[:1]), [1, 2, 2])):
+        data = preprocessor.dataset(x, batch_size=2, shuffle=True, seed=1)
+        assert int(data.cardinality()) == len(sizes)
+        for _ in range(2):                                  # each epoch
+            assert sorted(int(y.shape[0]) for _, y in data) == sizes
+
+
 def test_read_pairs_columns_and_one_line_errors(tmp_path):
     path = _rows(tmp_path / "t.jsonl", [{"id": 1, "q": "a", "p": "b", "n": ["c", "d"]},
                                         {"id": 2, "q": "e", "p": "f", "n": ["g", "h"]}])
@@ -117,6 +142,9 @@ def test_read_pairs_columns_and_one_line_errors(tmp_path):
         ([{"q": "a", "p": "b"}, {"q": "c", "x": "d"}],
          ":2: column 'p' is missing (columns: q, x)"),
         ([{"q": "a", "p": " "}], ":1: column 'p' is empty (columns: q, p)"),
+        ([{"q": "a", "p": "b"}, {"q": None, "p": "d"}], ":2: column 'q' is null (columns: q, p)"),
+        ([{"q": 3, "p": "b"}], ":1: column 'q' is a int, not a string (columns: q, p)"),
+        ([{"q": "a", "p": "b", "n": ["c", None]}], ":1: column 'n' is null (columns: q, p, n)"),
         ([{"id": 7, "q": "a", "p": "b"}, {"id": 7, "q": "c", "p": "d"}],
          ":2: id '7' repeats "),
         ([{"q": "a", "p": "b", "n": ["c"]}, {"q": "c", "p": "d", "n": ["e", "f"]}],

@@ -392,6 +392,21 @@ def test_auto_and_refused_combinations(monkeypatch):
     assert resolve("keras", "auto") == ("keras", "float32")
 
 
+@pytest.mark.multibackend
+@pytest.mark.parametrize("runtime", ["", "tflite", "Keras"])
+def test_empty_or_unknown_runtime_is_refused_naming_the_choices(runtime):
+    message = f"unknown runtime {runtime!r}: use one of auto, keras, openvino, onnx"
+    with pytest.raises(RuntimeOptionError) as e:
+        resolve(runtime, "float32")
+    assert str(e.value) == message
+    with pytest.raises(RuntimeOptionError) as e:        # before any weights are read
+        kbert.load(str(REPO / "saved_models" / "minilm-l6-squad"), runtime=runtime)
+    assert str(e.value) == message
+    with pytest.raises(RuntimeOptionError, match=r"^unknown dtype '': use one of auto, "):
+        resolve("keras", "")
+    assert resolve(None, None) == ("keras", "float32")
+
+
 def test_auto_runtime_is_the_fastest_path_measured_for_the_dtype(monkeypatch):
     from kbert.runtime import options
     monkeypatch.setattr(hardware, "gpu_in_use", lambda: False)
