@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine:
 #   make app    - install everything, then serve the playground on the shipped checkpoints
 #   make test   - install everything, lint, run the doctests and the test suite on all three
-#                 Keras backends, and check a JAX-only and a serving-only install
+#                 Keras backends, check a JAX-only and a serving-only install, and run the
+#                 writer tests as an unprivileged user
 VENV ?= .venv
 PY := $(VENV)/bin/python
 JAX_VENV ?= .venv-jax
@@ -44,6 +45,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 	$(PY) .ci/hints.py --floor 99
 
+# The writer tests again as an unprivileged user (nobody), with a Python that user can run.
+as-user: $(VENV)/.installed
+	bash .ci/as_user.sh
+
 doctest: $(VENV)/.installed
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q --doctest-modules kbert
 
@@ -68,9 +73,9 @@ app: $(VENV)/.installed
 	$(PY) -m app
 
 # The docstring examples (--doctest-modules kbert) run in the TensorFlow pass.
-test: $(VENV)/.installed browser lint jax-only serve-only
+test: $(VENV)/.installed browser lint jax-only serve-only as-user
 	KERAS_BACKEND=tensorflow $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --doctest-modules tests kbert
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m multibackend tests
 	KERAS_BACKEND=torch $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m multibackend tests
 
-.PHONY: install browser app test lint doctest jax-only serve-only
+.PHONY: install browser app test lint doctest jax-only serve-only as-user

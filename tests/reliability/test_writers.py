@@ -240,3 +240,30 @@ def test_another_user_reads_every_output_file(outputs_dir):
                            "find", outputs_dir, "-type", "f", "-exec", "cat", "{}", "+"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert read.returncode == 0, read.stderr
+
+
+def test_the_user_who_exported_serves_the_export(outputs_dir):
+    """The ONNX export and the SavedModel open for the user who wrote them (their graph
+    folders were 0644, unsearchable, before)."""
+    m = kbert.load(os.path.join(outputs_dir, "onnx"))
+    assert m.runtime == "onnx" and m.embed(["He bought milk."]).shape == (1, 128)
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+    served = tf.saved_model.load(os.path.join(outputs_dir, "saved_model", "1"))
+    assert served.signatures["embed"](text=tf.constant(["milk"]))["embedding"].shape == (1, 128)
+
+
+def test_the_user_trains_and_loads_what_they_trained(tmp_path, encoder_dir):
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in
+                                                [("great film", "pos"), ("dull", "neg")] * 4))
+    out = tmp_path / "clf"
+    assert cli.main(["finetune", "classify", "--init", encoder_dir, "--train", str(train),
+                     "--dev", str(train), "--epochs", "1", "--batch-size", "4",
+                     "--output", str(out)]) == 0
+    assert outputs.kind_of(out) == "checkpoint"
+    assert set(kbert.load(str(out)).classify("great film")) == {"neg", "pos"}
+    for top, _, files in os.walk(out):
+        assert stat.S_IMODE(os.stat(top).st_mode) & 0o755 == 0o755
+        for name in files:
+            assert stat.S_IMODE(os.stat(os.path.join(top, name)).st_mode) & 0o644 == 0o644
