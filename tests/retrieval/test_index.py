@@ -11,6 +11,7 @@ import pytest
 from helpers import PASSAGES
 from kbert.outputs import OutputError
 from kbert.retrieval import EncoderMismatchError, Index, IndexDirectoryError
+from kbert.retrieval import encoder as encoder_lib
 from kbert.retrieval.encoder import normalize
 
 pytestmark = pytest.mark.multibackend
@@ -212,3 +213,25 @@ def test_split_false_truncates_as_sentence_transformers_does(encoder):
     assert len(index) == 2 and index.notes == [
         "1 of 2 texts were longer than the encoder's 16 tokens and were truncated"]
     np.testing.assert_allclose(index.vectors[1], normalize(encoder.embed([long]))[0], atol=1e-5)
+
+
+def test_non_finite_vectors_are_refused(encoder, tmp_path, monkeypatch):
+    index = Index.build(encoder, PASSAGES[:2])
+    index.save(tmp_path / "idx")
+    vectors = np.load(tmp_path / "idx" / "embeddings.npy")
+    vectors[1, 3] = np.nan
+    np.save(tmp_path / "idx" / "embeddings.npy", vectors)
+    with pytest.raises(IndexDirectoryError, match="embeddings.npy has 1 rows that are not finite "
+                                                  "numbers \\(the first: row 1\\)"):
+        Index.load(tmp_path / "idx")
+    real = encoder_lib.embed
+
+    def broken(model, texts, batch_size):
+        out = real(model, texts, batch_size)
+        out[-1] = np.inf
+        return out
+    monkeypatch.setattr(encoder_lib, "embed", broken)
+    with pytest.raises(ValueError, match="NaN or infinite vectors for 1 of 1 passages .* "
+                                         "Nothing was added"):
+        index.add(encoder, PASSAGES[2:3])
+    assert len(index) == 2

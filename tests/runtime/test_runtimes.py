@@ -16,7 +16,7 @@ import pytest
 
 import kbert
 from helpers import REPO, tiny_vocab
-from kbert import BertConfig, checkpoint, hardware
+from kbert import BertConfig, checkpoint, cli, hardware
 from kbert.runtime import RuntimeOptionError, graphs, resolve
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -515,3 +515,34 @@ def test_the_playground_says_what_runs_it():
     assert (registry.runtime, registry.dtype) == ("keras", hardware.auto_dtype())
     with pytest.raises(InputError, match="int8"):
         Registry({}, runtime="keras", dtype="int8")
+
+
+def test_damaged_graph_files_are_one_line(every_head, tmp_path, capsys):
+    """export.json records each graph file's size and hashes: a deleted, truncated or foreign
+    graph is named with the fix, never the runtime's own exception nor a silent rebuild."""
+    pytest.importorskip("onnxruntime")
+    out = graphs.export(every_head, tmp_path / "exported", fmt="onnx")
+    listed = json.loads((tmp_path / "exported" / "export.json").read_text())["graph_files"]
+    graph = tmp_path / "exported" / "onnx" / "embed.onnx"
+    assert listed["onnx/embed.onnx"]["size"] == graph.stat().st_size
+    good = graph.read_bytes()
+    damages = {
+        "is missing from the export": lambda: graph.unlink(),
+        f"is damaged: {len(good) // 2} bytes where the export wrote {len(good)}":
+            lambda: graph.write_bytes(good[:len(good) // 2]),
+        # another file of the same size (another model's graph differs throughout)
+        "is not the graph this export wrote \\(its hash differs\\)":
+            lambda: graph.write_bytes(good[::-1]),
+    }
+    for message, damage in damages.items():
+        damage()
+        with pytest.raises(graphs.ExportError, match=f"{graph} {message}; run `kbert export` "
+                                                     f"again"):
+            kbert.load(out).embed(TEXTS)
+        graph.write_bytes(good)
+    graph.write_bytes(good[:len(good) // 2])
+    (tmp_path / "doc.txt").write_text(TEXTS[0])
+    assert cli.main(["index", "build", str(tmp_path / "doc.txt"), "--model", out, "--output",
+                     str(tmp_path / "idx")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{graph} is damaged" in err[0], err
