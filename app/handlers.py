@@ -13,7 +13,7 @@ import gradio as gr
 
 from app import examples, inference, plots
 from app import search as search_lib
-from app.registry import InputError
+from app.registry import InputError, Registry
 
 log = logging.getLogger("app")
 TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span", "classify": "classifier",
@@ -146,11 +146,15 @@ def _search_info(out):
             f"{' (hybrid: BM25 + dense)' if index['hybrid'] else ''}{read}.")
 
 
-def default_model(registry, tab):
-    """The picker's value when `tab` is opened: the current model if it has the tab's head."""
-    def pick(current):
-        return registry.default(TAB_HEAD.get(tab), current)
-    return pick
+def tab_models(registry: Registry, tab: str) -> list[str]:
+    """The checkpoints `tab` keeps when it is opened with one of them picked, the one it switches
+    to first: those with the tab's head (every one where the tab needs none, or none has it).
+
+    Opening the tab keeps the current model if it is in the list, else picks the list's first:
+    `Registry.default(TAB_HEAD[tab], current)`, done in the browser (app/ui.py) so that no
+    answer from the server can land after the user's next click."""
+    head = TAB_HEAD.get(tab)
+    return (registry.with_head(head) if head else []) or registry.names
 
 
 def attention(registry):
