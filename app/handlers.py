@@ -13,11 +13,26 @@ import gradio as gr
 
 from app import examples, inference, plots
 from app import search as search_lib
-from app.registry import InputError
+from app.registry import InputError, Registry
 
 log = logging.getLogger("app")
 TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span", "classify": "classifier",
             "entities": "tagger", "search": "embedding"}
+
+
+def _message(error: Exception) -> str:
+    """What the page says about `error`: an InputError's own words, else one line (the
+    server log keeps the traceback). Called in the `except` block that caught it."""
+    if isinstance(error, InputError):
+        return str(error)
+    log.exception("request failed")
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return f"Something went wrong in the model: {first}"
+
+
+def _failed(message: str, n_outputs: int) -> tuple:
+    gr.Warning(message)
+    return (None,) * (n_outputs - 1) + (f"⚠️ {message}",)
 
 
 def _guard(fn, n_outputs):
@@ -27,14 +42,20 @@ def _guard(fn, n_outputs):
     def run(*args):
         try:
             return fn(*args)
-        except InputError as e:
-            message = str(e)
         except Exception as e:  # noqa: BLE001 - the UI must stay up whatever the model does
-            log.exception("request failed")
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            message = f"Something went wrong in the model: {first}"
-        gr.Warning(message)
-        return (None,) * (n_outputs - 1) + (f"⚠️ {message}",)
+            return _failed(_message(e), n_outputs)
+    return run
+
+
+def _guard_steps(fn, n_outputs: int):
+    """`_guard` for a handler that yields its outputs in steps (a status line, then the
+    answer): a failure is its last step."""
+    @functools.wraps(fn)
+    def run(*args):
+        try:
+            yield from fn(*args)
+        except Exception as e:  # noqa: BLE001 - the UI must stay up whatever the model does
+            yield _failed(_message(e), n_outputs)
     return run
 
 
@@ -115,20 +136,32 @@ def entities(registry):
 
 
 def search(registry):
+    """The Search tab's handler. It yields its outputs: first, while a checkpoint the search
+    runs is still loading (at start-up, `search.preload`), a line saying which, then the
+    answer (the API's result)."""
     def ask(model=None, question="", document="", files=None, top_k=5, hybrid=True,
             reader=None, reranker=search_lib.NO_RERANKER):
-        out = search_lib.ask(registry, model, reader, document, files, question, top_k, hybrid,
-                             reranker)
+        planned = search_lib.plan(registry, model, reader, document, files, question, top_k,
+                                  hybrid, reranker)
+        for role, name in planned["models"]:
+            if not registry.loaded(name):
+                yield (gr.skip(),) * 5 + (loading_line(role, name),)
+                registry.get(name)
+        out = search_lib.run(registry, planned)
         for note in out["notes"]:
             gr.Warning(note)
         best = out["answer"]
         text = best["text"] if best else ("(no answer found)" if out["read_seconds"]
                                           else "(passages only: no reader)")
-        return (text, best["score"] if best else None,
-                plots.search_html(out["hits"], out["index"]["hybrid"], bool(out["reranker"])),
-                out["hits"],
-                _search_info(out), _notes(out["notes"]))
-    return _guard(ask, 6)
+        yield (text, best["score"] if best else None,
+               plots.search_html(out["hits"], out["index"]["hybrid"], bool(out["reranker"])),
+               out["hits"], _search_info(out), _notes(out["notes"]))
+    return _guard_steps(ask, 6)
+
+
+def loading_line(role: str, name: str) -> str:
+    """The Search tab's line while it waits for a checkpoint to load (once per server)."""
+    return (f"⏳ Loading the {role} {name} (once: the searches after it do not wait) …")
 
 
 def _search_info(out):
@@ -146,11 +179,15 @@ def _search_info(out):
             f"{' (hybrid: BM25 + dense)' if index['hybrid'] else ''}{read}.")
 
 
-def default_model(registry, tab):
-    """The picker's value when `tab` is opened: the current model if it has the tab's head."""
-    def pick(current):
-        return registry.default(TAB_HEAD.get(tab), current)
-    return pick
+def tab_models(registry: Registry, tab: str) -> list[str]:
+    """The checkpoints `tab` keeps when it is opened with one of them picked, the one it switches
+    to first: those with the tab's head (every one where the tab needs none, or none has it).
+
+    Opening the tab keeps the current model if it is in the list, else picks the list's first:
+    `Registry.default(TAB_HEAD[tab], current)`, done in the browser (app/ui.py) so that no
+    answer from the server can land after the user's next click."""
+    head = TAB_HEAD.get(tab)
+    return (registry.with_head(head) if head else []) or registry.names
 
 
 def attention(registry):

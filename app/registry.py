@@ -8,6 +8,8 @@ keeps it.
 import json
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from kbert.config import RELEVANCE_LABELS  # light: no Keras, no TensorFlow
 
@@ -139,15 +141,24 @@ class Registry:
         self.check(name, head)
         return self.get(name)
 
-    def get(self, name):
+    def loaded(self, name: str) -> bool:
+        """Whether `get(name)` returns at once (no load to do or to wait for)."""
+        return name in self._loaded
+
+    def get(self, name, warm: Callable[[Any], object] | None = None):
+        """The model `name`, loaded on first use; a model loaded now is passed to `warm` (e.g. a
+        first small call, to trace it) before any `get` of it returns."""
         self.info(name)
         with self._locks[name]:
             if name not in self._loaded:
                 import kbert  # heavy (Keras, TensorFlow): imported on first use only
                 try:
-                    self._loaded[name] = kbert.load(self.models[name]["path"], dtype=self.dtype,
-                                                    runtime=self.runtime)
+                    model = kbert.load(self.models[name]["path"], dtype=self.dtype,
+                                       runtime=self.runtime)
                 except (OSError, ValueError) as e:   # kbert's CheckpointError is a ValueError
                     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                     raise InputError(f"Could not load the model '{name}': {first}") from None
+                if warm is not None:
+                    warm(model)
+                self._loaded[name] = model
             return self._loaded[name]

@@ -4,18 +4,27 @@ question-answering model (retrieve, then read). kbert's public API only; plain d
 
 The index of a set of documents is kept (a few, least recently used out first) under a hash of
 their texts and the encoder, so a second question on the same documents only searches and reads.
+The tab's default retriever and reader load in the background from the server's start
+(`preload`); a search that comes sooner waits for them, and the tab says so.
 """
 
 import bisect
 import collections
 import hashlib
 import importlib.util
+import logging
 import os
 import re
 import threading
 import time
+from typing import TYPE_CHECKING
 
-from app.registry import EMBEDDING, RERANKER, InputError
+from app.registry import EMBEDDING, RERANKER, InputError, Registry
+
+if TYPE_CHECKING:
+    from kbert import Bert
+
+log = logging.getLogger("app")
 
 PASSAGE_TOKENS = 128    # WordPieces per passage: a paragraph or two, short enough to rank sharply
 OVERLAP = 16            # pieces shared by the windows of a paragraph longer than a passage
@@ -230,6 +239,88 @@ def hybrid_available():
     return importlib.util.find_spec("bm25s") is not None
 
 
+def models(registry: Registry, encoder: str | None = None, reader: str | None = None,
+           reranker: str | None = NO_RERANKER) -> list[tuple[str, str]]:
+    """[(role, name)]: the checkpoints a search with these choices runs, in the order it runs
+    them: the "retriever" (`encoder`; None: the first sentence encoder), the "reranker" (none
+    unless one is named) and the "reader" (`reader`; None: the first with a span head, if any;
+    NO_READER: none). Each is checked for its head (InputError), none is loaded."""
+    encoder = registry.resolve(encoder, EMBEDDING)
+    registry.check(encoder, EMBEDDING)
+    out = [("retriever", encoder)]
+    if reranker not in (None, "", NO_RERANKER):
+        registry.check(reranker, RERANKER)
+        out.append(("reranker", reranker))
+    if reader != NO_READER and (reader or registry.with_head("span")):
+        reader = registry.resolve(reader, "span")
+        registry.check(reader, "span")
+        out.append(("reader", reader))
+    return out
+
+
+def warm_retriever(model: "Bert") -> None:
+    """A search of a two-passage document: traces what a search first runs (a batch of
+    passages embedded, then a question; BM25 where hybrid search is available)."""
+    index = _build_index(model, ["A first passage.\n\nA second one."],
+                         passage_tokens(model))["index"]
+    model.search("Which passage?", index, top_k=1, hybrid=hybrid_available())
+
+
+def warm_reader(model: "Bert") -> None:
+    """A first answer read from one short passage (traces the reader's pass)."""
+    read(model, "What is read?", [{"text": "A short passage is read."}])
+
+
+def preload(registry: Registry) -> threading.Thread | None:
+    """Starts loading the Search tab's default checkpoints (the retriever and the reader its
+    first search runs) in a background thread, each warmed by one small call, so that the
+    first search does not wait for them; a search that comes sooner waits for the load under
+    way (`Registry.get`). None where no checkpoint is a sentence encoder (no Search tab)."""
+    if not registry.with_head(EMBEDDING):
+        return None
+    warm = {"retriever": warm_retriever, "reader": warm_reader}
+    chosen = models(registry)
+
+    def load() -> None:
+        for role, name in chosen:
+            try:
+                start = time.perf_counter()
+                registry.get(name, warm=warm[role])
+                log.info("Search tab: the %s %s loaded in %.1f s", role, name,
+                         time.perf_counter() - start)
+            except Exception:  # noqa: BLE001 - the search that needs it reports the failure
+                log.exception("Search tab: loading the %s %s failed", role, name)
+    thread = threading.Thread(target=load, name="search-preload", daemon=True)
+    thread.start()
+    return thread
+
+
+def plan(registry: Registry, encoder: str | None, reader: str | None, document: str,
+            files: list | None, question: str, top_k: int = 5, hybrid: bool = True,
+            reranker: str | None = NO_RERANKER) -> dict:
+    """The search `ask` runs, its input checked (InputError) and nothing loaded yet:
+    {"models" ([(role, name)], `models`), "question", "documents" ([(name, text)]), "top_k",
+    "hybrid", "notes"}."""
+    chosen = models(registry, encoder, reader, reranker)
+    question = (question or "").strip()
+    if not question:
+        raise InputError("The question is empty: type a question first.")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InputError(f"The question has {len(question):,} characters; the playground takes "
+                         f"at most {MAX_QUESTION_CHARS:,}.")
+    documents, notes = read_documents(document, files)
+    if hybrid and not hybrid_available():
+        notes.append("Hybrid search needs bm25s (pip install 'kbert[retrieval]'); searched with "
+                     "the sentence vectors alone.")
+        hybrid = False
+    if reader != NO_READER and not any(role == "reader" for role, _ in chosen):
+        notes.append("No checkpoint with a span (question answering) head is served: the "
+                     "passages are shown without an answer.")
+    return {"models": chosen, "question": question, "documents": documents,
+            "top_k": max(1, min(int(top_k or 5), MAX_TOP_K)), "hybrid": bool(hybrid),
+            "notes": notes}
+
+
 def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=True,
         reranker=NO_RERANKER):
     """{"answer", "hits", "index", "search_seconds", "rerank_seconds", "read_seconds", "notes"}:
@@ -238,28 +329,24 @@ def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=Tr
     None)}, and "rerank_score" when reranked) and the reader's best answer ({"text", "score",
     "rank", "document", "start", "end"}, or None). A `reranker` (a cross-encoder) reorders the
     first RERANK_CANDIDATES hits, its log-odds fused with their search scores."""
-    encoder = registry.resolve(encoder, EMBEDDING)
-    model = registry.require(encoder, EMBEDDING)
-    question = (question or "").strip()
-    if not question:
-        raise InputError("The question is empty: type a question first.")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InputError(f"The question has {len(question):,} characters; the playground takes "
-                         f"at most {MAX_QUESTION_CHARS:,}.")
-    documents, notes = read_documents(document, files)
-    top_k = max(1, min(int(top_k or 5), MAX_TOP_K))
-    if hybrid and not hybrid_available():
-        notes.append("Hybrid search needs bm25s (pip install 'kbert[retrieval]'); searched with "
-                     "the sentence vectors alone.")
-        hybrid = False
+    return run(registry, plan(registry, encoder, reader, document, files, question, top_k,
+                              hybrid, reranker))
+
+
+def run(registry: Registry, planned: dict) -> dict:
+    """`ask`'s answer to a search `plan` (the checkpoints it names loaded first, if not yet)."""
+    chosen = dict(planned["models"])
+    encoder, question, documents = chosen["retriever"], planned["question"], planned["documents"]
+    top_k, hybrid, notes = planned["top_k"], planned["hybrid"], list(planned["notes"])
+    model = registry.get(encoder)
     entry, cached = index_for(registry, encoder, model, [text for _, text in documents])
     index = entry["index"]
 
-    rerank = reranker not in (None, "", NO_RERANKER)
-    rerank_model = registry.require(reranker, RERANKER) if rerank else None
+    reranker = chosen.get("reranker")
+    rerank_model = registry.get(reranker) if reranker else None
     start = time.perf_counter()
-    hits = model.search(question, index, top_k=max(top_k, RERANK_CANDIDATES) if rerank else top_k,
-                        hybrid=bool(hybrid))
+    hits = model.search(question, index, top_k=max(top_k, RERANK_CANDIDATES) if reranker
+                        else top_k, hybrid=hybrid)
     search_seconds = time.perf_counter() - start
     rerank_seconds = 0.0
     if rerank_model is not None:
@@ -271,14 +358,11 @@ def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=Tr
         rerank_seconds = time.perf_counter() - start
     hits = hits[:top_k]
     best, spans, read_seconds = None, {}, 0.0
-    if reader != NO_READER and (reader or registry.with_head("span")):
-        reader_model = registry.require(reader, "span")
+    if "reader" in chosen:
+        reader_model = registry.get(chosen["reader"])
         start = time.perf_counter()
         best, spans = read(reader_model, question, hits)
         read_seconds = time.perf_counter() - start
-    elif reader != NO_READER:
-        notes.append("No checkpoint with a span (question answering) head is served: the "
-                     "passages are shown without an answer.")
 
     out = []
     for rank, hit in enumerate(hits):
@@ -298,6 +382,6 @@ def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=Tr
     return {"answer": best, "hits": out,
             "index": {"passages": len(index), "documents": len(documents),
                       "seconds": entry["seconds"], "cached": cached, "encoder": encoder,
-                      "hybrid": bool(hybrid)},
-            "reranker": reranker if rerank else None, "search_seconds": search_seconds,
+                      "hybrid": hybrid},
+            "reranker": reranker, "search_seconds": search_seconds,
             "rerank_seconds": rerank_seconds, "read_seconds": read_seconds, "notes": notes}

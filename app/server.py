@@ -28,7 +28,8 @@ def add_arguments(parser):
                              "padded batch)")
     parser.add_argument("--preload", action="store_true",
                         help="load every checkpoint (and make its OpenVINO/ONNX graphs) before "
-                             "serving (default: on first use)")
+                             "serving (default: on first use, but for the Search tab's "
+                             "retriever and reader, loaded in the background from start-up)")
     parser.add_argument("--runtime", default="keras",
                         choices=("auto", "keras", "openvino", "onnx"),
                         help="what runs the model: keras (default), openvino or onnx (graphs "
@@ -74,6 +75,9 @@ def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860,
             models_dir or "the checkpoint search path (KBERT_MODELS, then saved_models/)")
     for name in registry.names if preload else ():
         registry.get(name).prepare()      # the graph runtimes' graphs too: no first-click wait
+    if not preload:
+        from app.search import preload as preload_search
+        preload_search(registry)          # in the background: the first search need not wait
     demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block,
                 show_error=False, quiet=not block, footer_links=["api"],
                 max_file_size=MAX_UPLOAD)

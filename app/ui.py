@@ -1,5 +1,7 @@
 """The Gradio Blocks layout: a model picker, one tab per task, examples and notes."""
 
+import json
+
 import gradio as gr
 
 from app import examples, handlers, inference
@@ -129,7 +131,7 @@ def _search_tab(registry, model):
         files = gr.File(label="... or upload text files", file_count="multiple",
                         file_types=[".txt", ".md", ".rst", ".text"], type="filepath",
                         elem_id="search-files", scale=2)
-    gr.Examples(examples.SEARCH, inputs=[question, document])
+    gr.Examples(examples.SEARCH, inputs=[question, document], elem_id="search-examples")
     readers = registry.with_head("span")
     rerankers = registry.with_head(RERANKER)
     with gr.Row():
@@ -204,6 +206,14 @@ def _runs_on(registry):
             f"({hardware.cpu_info()['model']}).")
 
 
+def _keep_or_switch(models: list[str]) -> str:
+    """A browser-side event function: the picker's value kept if it is one of `models`, else
+    their first. In the browser, the picker changes when the user clicks, and never later (no
+    server answer computed before a click can land after it)."""
+    return (f"(current) => {{ const models = {json.dumps(models)}; "
+            f"return models.includes(current) ? current : (models[0] ?? null); }}")
+
+
 def build_demo(registry):
     """The playground as a `gr.Blocks` (not yet queued or launched)."""
     with gr.Blocks(title=TITLE) as demo:
@@ -220,14 +230,15 @@ def build_demo(registry):
                 with gr.Tab(title, id=tab, visible=visible) as page:
                     statuses[tab] = build(registry, model)
                 # Each tab starts on a checkpoint that has its head (the picker stays global).
-                page.select(handlers.default_model(registry, tab), model, model,
-                            api_visibility="private")
+                page.select(None, model, model, js=_keep_or_switch(
+                    handlers.tab_models(registry, tab)), api_visibility="private")
 
         def refresh(name):
             return [handlers.head_status(registry, name, tab) for tab in statuses]
         model.change(refresh, model, list(statuses.values()), api_visibility="private")
-        def start():
-            first = _default(registry, "mlm")
-            return [first] + refresh(first)
-        demo.load(start, None, [model, *statuses.values()], api_visibility="private")
+        # The first tab's checkpoint, unless a tab opened before the page finished loading has
+        # already picked one.
+        demo.load(None, model, model, js=f"(current) => current || "
+                                          f"{json.dumps(_default(registry, 'mlm'))}",
+                  api_visibility="private")
     return demo

@@ -92,7 +92,8 @@ def main():
         ask = lambda *inputs: client.predict(*inputs, api_name="/search")  # noqa: E731
     else:
         registry = Registry(discover(server.models_dir_or_default(args.models_dir)))
-        ask = handlers.search(registry)
+        steps = handlers.search(registry)
+        ask = lambda *inputs: list(steps(*inputs))[-1]  # noqa: E731 - the answer, its last step
     encoder, reader = registry.resolve(None, "embedding"), registry.resolve(None, "span")
     model = registry.get(encoder)
     registry.get(reader)

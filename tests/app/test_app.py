@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from app import examples
 from app.examples import EIFFEL_DOCUMENT
 from helpers import REPO
 
@@ -101,13 +102,18 @@ def test_entities_api(served, client):
 def test_each_tab_defaults_to_a_checkpoint_with_its_head(served):
     from app import handlers
     _, names, registry = served
+    def opened(tab, current):                     # what the tab's event does in the browser
+        models = handlers.tab_models(registry, tab)
+        return current if current in models else models[0]
     for tab, head in handlers.TAB_HEAD.items():
-        for current in registry.names:
-            chosen = handlers.default_model(registry, tab)(current)
+        for current in [None, *registry.names]:
+            chosen = opened(tab, current)
+            assert chosen == registry.default(head, current)
             assert head in registry.info(chosen)["heads"]
-            if head in registry.info(current)["heads"]:
+            if current and head in registry.info(current)["heads"]:
                 assert chosen == current          # a fitting choice is kept
-    assert handlers.default_model(registry, "attention")(names["span"]) == names["span"]
+    assert opened("attention", names["span"]) == names["span"]
+    assert opened("attention", None) == registry.names[0]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -236,18 +242,24 @@ def _pick_model(page, name):
     page.get_by_role("option", name=name, exact=True).click()
 
 
+def _launch(sync_api, pw):
+    """(browser, page): headless system Chromium and a page with the tests' timeouts."""
+    sync_api.expect.set_options(timeout=30_000)   # a slow shared CI machine, not a slow app
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"])
+    page = browser.new_page(viewport={"width": 1200, "height": 1000})
+    page.set_default_timeout(30_000)
+    return browser, page
+
+
 def test_tabs_in_a_headless_browser(served, tmp_path):
     sync_api = _browser()
     url, names, registry = served
     ARTIFACTS.mkdir(exist_ok=True)
     expect = sync_api.expect
-    expect.set_options(timeout=30_000)   # a slow shared CI machine, not a slow app
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1200, "height": 1000})
-        page.set_default_timeout(30_000)
+        browser, page = _launch(sync_api, pw)
         page.goto(url)
 
         # Every tab's main button works without touching the model picker: each tab starts on
@@ -338,4 +350,44 @@ def test_tabs_in_a_headless_browser(served, tmp_path):
             expect(page.get_by_text("has no masked-LM (fill-mask) head")).to_be_visible()
             page.locator("#fill-run").click()               # ... and the tab says why not
             expect(page.locator("#fill-message")).to_contain_text("has no masked-LM")
+        browser.close()
+
+
+def test_a_tab_opened_before_the_page_loads_keeps_its_checkpoint(served):
+    """The Search tab clicked as soon as it exists, while the page's own start-up requests are
+    still on their way (held back here until the tab has switched the picker, as a slow link
+    or a busy server would): the tab keeps its sentence encoder and answers its example."""
+    sync_api = _browser()
+    url, names, registry = served
+    expect = sync_api.expect
+    held, released = [], []
+
+    def hold_start_up(route):
+        if released or (route.request.post_data_json or {}).get("event_data"):
+            route.continue_()                            # a user's event (a tab's select)
+        else:
+            held.append(route)                           # the page's own (load, change, ...)
+    with sync_api.sync_playwright() as pw:
+        browser, page = _launch(sync_api, pw)
+        page.route("**/queue/join*", hold_start_up)
+        page.goto(url, wait_until="commit")
+        page.get_by_role("tab", name="Search").click()   # waits only for the tab to exist
+        picker = page.locator("#model input")
+        expect(picker).to_have_value(names["embedding"])
+        released.append(True)
+        for route in held:                               # the start-up requests land late
+            route.continue_()
+        page.wait_for_timeout(2_000)                     # their answers are in by now
+        expect(picker).to_have_value(names["embedding"])
+        page.locator("#search-examples").get_by_text(examples.SEARCH[0][0]).click()
+        expect(page.locator("#search-question textarea")).to_have_value(examples.SEARCH[0][0])
+        page.locator("#search-run").click()
+        expect(page.locator("#search-info")).to_contain_text(f"by {names['embedding']};")
+        expect(page.locator("#search-answer textarea")).not_to_have_value("")
+        expect(page.locator("#search-message")).not_to_contain_text("⚠️")
+        expect(page.get_by_text("has no sentence-embedding")).to_have_count(0)
+        if _shipped(registry, names["span"]):
+            expect(page.locator("#search-answer textarea")).to_have_value(
+                re.compile("seven years"))
+        expect(picker).to_have_value(names["embedding"])
         browser.close()

@@ -169,3 +169,48 @@ def test_the_index_cache_builds_once_and_keeps_the_latest():
     cache.get("a", build("a"))                 # "a" is the most recently used now
     cache.get("c", build("c"))                 # ... so "b" goes
     assert cache.get("b", build("b")) == ("B", False) and built == ["a", "b", "c", "b"]
+
+
+def test_a_search_says_which_checkpoint_it_waits_for(tmp_path, tiny):
+    from app import handlers
+    from app.registry import Registry, discover
+    tiny(tmp_path / "enc", "embedding")
+    tiny(tmp_path / "qa", "span")
+    registry = Registry(discover(tmp_path))
+    ask = handlers.search(registry)
+    steps = list(ask(None, "Who went?", "The man went to the store.", None, 3, False))
+    assert [s[-1] for s in steps[:-1]] == [handlers.loading_line("retriever", "enc"),
+                                           handlers.loading_line("reader", "qa")]
+    assert steps[0][-1].startswith("⏳ Loading the retriever enc")
+    answer, _, _, hits, info, notice = steps[-1]
+    assert hits and "by enc;" in info and not notice.startswith("⚠️")
+    again = list(ask(None, "Who went?", "The man went to the store.", None, 3, False))
+    assert len(again) == 1 and again[0][3] == hits                  # loaded: no waiting line
+    fresh = Registry(discover(tmp_path))
+    bad = list(handlers.search(fresh)(None, " ", "Some text."))
+    assert len(bad) == 1 and "The question is empty" in bad[0][-1]  # at once, nothing loaded
+    assert not any(fresh.loaded(name) for name in fresh.names)
+
+
+def test_the_search_tabs_checkpoints_load_in_the_background_from_start_up(tmp_path, tiny):
+    """A server started without --preload loads the retriever and the reader the first search
+    runs, and nothing else, in a background thread; with no sentence encoder (no Search tab)
+    nothing is loaded."""
+    import threading
+
+    from app_fixtures import free_port
+
+    from app import server
+    from app.registry import Registry, discover
+    for kind in ("embedding", "span", "mlm", "reranker"):
+        tiny(tmp_path / kind, kind)
+    demo, registry = server.serve([], tmp_path, port=free_port(), block=False)
+    try:
+        for thread in threading.enumerate():
+            if thread.name == "search-preload":
+                thread.join(120)
+        assert [n for n in registry.names if registry.loaded(n)] == ["embedding", "span"]
+    finally:
+        demo.close()
+    (tmp_path / "embedding" / "config.json").unlink()
+    assert search_lib.preload(Registry(discover(tmp_path))) is None
