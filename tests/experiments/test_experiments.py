@@ -84,8 +84,9 @@ def test_exported_plan_runs_without_tensorflow_and_reads_back_here(tmp_path):
     folder, out = tmp_path / "export", tmp_path / "results"
     size = ablations.export(folder, quick=True, variants=["no_nsp", "roberta"], tasks=["sst2"],
                             shared=str(shared), vocab=vocab, log=lambda line: None)
-    assert sorted(os.listdir(folder)) == ["corpus-train.npz", "full-sentences.npz",
-                                          "heldout.npz", "plan.json", "tasks", "vocab.txt"]
+    assert sorted(os.listdir(folder)) == [".kbert-output.json", "corpus-train.npz",
+                                          "full-sentences.npz", "heldout.npz", "plan.json",
+                                          "tasks", "vocab.txt"]
     assert 0 < size < 2 ** 20
     code = ("import sys, runpy\n"
             "sys.modules['tensorflow'] = None  # any import of it fails\n"

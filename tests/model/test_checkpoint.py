@@ -112,7 +112,7 @@ def test_save_replaces_atomically(tmp_path):
     with pytest.raises(checkpoint.CheckpointError):
         checkpoint.save(tmp_path / "ckpt", model, vocab=VOCAB[:-1])
     assert checkpoint.load(tmp_path / "ckpt").heads.keys() == {"mlm", "nsp"}  # old one intact
-    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
     umask = os.umask(0)
     os.umask(umask)
     assert os.stat(tmp_path / "ckpt").st_mode & 0o777 == 0o777 & ~umask

@@ -303,7 +303,7 @@ def test_build_vocab_cli(tmp_path, capsys):
                      "--output", str(out), "--num-unused", "0"]) == 0
     assert out.read_text().splitlines()[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert cli.main(["build-vocab", "--input", str(tmp_path / "nope.txt"), "--vocab-size",
-                     "150", "--output", str(out)]) == 2
+                     "150", "--output", str(out), "--overwrite"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope.txt" in err[0]
 
