@@ -332,6 +332,26 @@ class Lamb(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.Lamb):
     """`keras.optimizers.Lamb` whose global-norm clipping is the same on any number of devices."""
 
 
+def check_schedule(epochs: int, batch_size: int, learning_rate: float, warmup: float,
+                   min_batch_size: int = 1) -> None:
+    """A one-line ValueError naming the first training setting out of range (fine-tuning and
+    the retrievers' training; a retriever needs `min_batch_size=2`: a batch of one pair has
+    no in-batch negative).
+
+    >>> check_schedule(3, 32, 0.0, 0.1)
+    Traceback (most recent call last):
+    ...
+    ValueError: learning_rate must be > 0, got 0.0
+    """
+    for name, value, ok, need in (
+            ("epochs", epochs, epochs >= 1, ">= 1"),
+            ("batch_size", batch_size, batch_size >= min_batch_size, f">= {min_batch_size}"),
+            ("learning_rate", learning_rate, learning_rate > 0, "> 0"),
+            ("warmup", warmup, 0 <= warmup < 1, "in [0, 1)")):
+        if not ok:
+            raise ValueError(f"{name} must be {need}, got {value!r}")
+
+
 def create_optimizer(name: str = "adamw", learning_rate: float = 1e-4,
                      total_steps: int = 1_000_000, warmup_steps: int = 10_000,
                      weight_decay: float = 0.01, beta_1: float = 0.9, beta_2: float = 0.999,

@@ -30,7 +30,7 @@ from kbert import outputs
 from kbert.finetune import batching
 from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.hardware import mixed_precision_policy
-from kbert.optimization import create_optimizer
+from kbert.optimization import check_schedule, create_optimizer
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
 PAD_TO_MULTIPLE = 16   # batch widths rounded up: few shapes for XLA / JAX to compile
@@ -315,12 +315,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
     """
     started = time.perf_counter()
     spec = get_task(task, **(task_options or {}))
-    for name, value, ok, need in (("epochs", epochs, epochs >= 1, ">= 1"),
-                                  ("batch_size", batch_size, batch_size >= 1, ">= 1"),
-                                  ("learning_rate", learning_rate, learning_rate > 0, "> 0"),
-                                  ("warmup", warmup, 0 <= warmup < 1, "in [0, 1)")):
-        if not ok:
-            raise ValueError(f"{name} must be {need}, got {value!r}")
+    check_schedule(epochs, batch_size, learning_rate, warmup)
     if tune_null_threshold and spec.name != "squad2":
         raise ValueError("--tune-null-threshold is for squad2 only")
     with outputs.Output(output, "checkpoint", overwrite=overwrite):     # checked, locked

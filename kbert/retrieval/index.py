@@ -400,8 +400,8 @@ def _check_texts(texts: Sequence[str]) -> Sequence[str]:
             raise ValueError(f"index: text {i} is a {type(t).__name__}, not a string")
         if not t.strip():
             raise ValueError(f"index: text {i} is empty")
-        if unicode_problem(t):
-            raise ValueError(f"index: text {i} has {unicode_problem(t)}")
+        if problem := unicode_problem(t):
+            raise ValueError(f"index: text {i} has {problem}")
     return texts
 
 
@@ -418,8 +418,8 @@ def _check_queries(queries: str | Sequence[str]) -> list[str]:
             raise ValueError(f"search: query {i} is a {type(q).__name__}, not a string")
         if not q.strip():
             raise ValueError(f"search: query {i} is empty")
-        if unicode_problem(q):
-            raise ValueError(f"search: query {i} has {unicode_problem(q)}")
+        if problem := unicode_problem(q):
+            raise ValueError(f"search: query {i} has {problem}")
     return items
 
 

@@ -91,8 +91,8 @@ def rerank(model: Bert, query: str, passages: Sequence[str], top_k: int | None =
             raise ValueError(f"rerank: passage {i} is empty or not a string")
     for where, text in [("the query", query)] + [(f"passage {i}", p)
                                                  for i, p in enumerate(passages)]:
-        if unicode_problem(text):
-            raise ValueError(f"rerank: {where} has {unicode_problem(text)}")
+        if problem := unicode_problem(text):
+            raise ValueError(f"rerank: {where} has {problem}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or top_k < 1):
         raise ValueError(f"rerank: top_k must be an integer >= 1, got {top_k!r}")

@@ -300,7 +300,8 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
 
     from kbert.finetune.batching import distinct_batch_count
     from kbert.models import BertBiEncoder
-    _check_settings(epochs, batch_size, learning_rate, warmup)
+    from kbert.optimization import check_schedule
+    check_schedule(epochs, batch_size, learning_rate, warmup, min_batch_size=2)
     policy = mixed_precision_policy(mixed_precision)                 # None: float32
     keras.utils.set_random_seed(seed)
     pairs = train if isinstance(train, Pairs) else read_pairs(train, **columns)
@@ -350,7 +351,8 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
     import keras
 
     from kbert.models import BertBiEncoder, BertReranker
-    _check_settings(epochs, batch_size, learning_rate, warmup)
+    from kbert.optimization import check_schedule
+    check_schedule(epochs, batch_size, learning_rate, warmup, min_batch_size=2)
     policy = mixed_precision_policy(mixed_precision)                 # None: float32
     keras.utils.set_random_seed(seed)
     pairs = train if isinstance(train, Pairs) else read_pairs(train, **columns)
@@ -398,17 +400,6 @@ def _jit_compile() -> bool | str:
     if keras.backend.backend() == "tensorflow" and not tf.config.list_logical_devices("GPU"):
         return False
     return "auto"
-
-
-def _check_settings(epochs: int, batch_size: int, learning_rate: float, warmup: float) -> None:
-    """One line naming the first setting out of range (batches of two or more: a batch of one
-    pair has no in-batch negative)."""
-    for name, value, ok, need in (("epochs", epochs, epochs >= 1, ">= 1"),
-                                  ("batch_size", batch_size, batch_size >= 2, ">= 2"),
-                                  ("learning_rate", learning_rate, learning_rate > 0, "> 0"),
-                                  ("warmup", warmup, 0 <= warmup < 1, "in [0, 1)")):
-        if not ok:
-            raise ValueError(f"{name} must be {need}, got {value!r}")
 
 
 def _check_in_batch_negatives(pairs: Pairs, train: str | Pairs) -> None:
