@@ -1,6 +1,7 @@
 """JSON Lines: one JSON value a line, blank lines skipped; a line that is not JSON raises an
-error naming the file and the line. Your own files (`kbert.finetune.userdata`), the texts to
-index (`kbert.retrieval.passages`) and the retrieval data (`kbert.retrieval.metrics`) read it.
+error naming the file and the line (and a file that is not UTF-8, `not_utf8`). Your own
+files (`kbert.finetune.userdata`), the texts to index (`kbert.retrieval.passages`) and the
+retrieval data (`kbert.retrieval.metrics`) read it.
 
 Example:
 >>> import tempfile, os
@@ -33,3 +34,17 @@ def json_lines(path: PathLike, *, error: type[Exception] = ValueError,
             except json.JSONDecodeError as e:
                 raise error(f"{path}:{number}: " + invalid.format(msg=e.msg)) from None
             yield number, value
+
+
+def not_utf8(path: PathLike) -> str:
+    """The one line for a file that is not UTF-8: where its first undecodable byte is (every
+    reader of the user's files says it so)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        return (f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                f"{e.start}: {e.reason}); save it as UTF-8")
+    return f"{path}: not UTF-8 text; save it as UTF-8"

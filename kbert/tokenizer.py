@@ -115,7 +115,7 @@ def _rust_wordpiece(vocab: Sequence[str], lower_case: bool, mask_literal: bool) 
     `mask_literal`, the text `[MASK]` is the mask token), or None where the package is not
     installed."""
     try:
-        from tokenizers import AddedToken, models, normalizers, pre_tokenizers
+        from tokenizers import AddedToken, Regex, models, normalizers, pre_tokenizers
         from tokenizers import Tokenizer as RustTokenizer
     except ImportError:
         return None
@@ -123,7 +123,11 @@ def _rust_wordpiece(vocab: Sequence[str], lower_case: bool, mask_literal: bool) 
                                           max_input_chars_per_word=MAX_CHARS_PER_WORD))
     rust.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                                  strip_accents=None, lowercase=lower_case)
-    rust.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # `tokenizers`' CJK test starts a range at U+2B920 where BERT's (`_is_chinese_char`, and
+    # the graph route) starts it at U+2B820: those 256 characters are split off here first.
+    rust.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex("[\U0002B820-\U0002B91F]"), behavior="isolated"),
+        pre_tokenizers.BertPreTokenizer()])
     if mask_literal:    # matched in the original text, case and all, as the graph route does
         rust.add_special_tokens([AddedToken("[MASK]", normalized=False, special=True)])
     return rust

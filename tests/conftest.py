@@ -40,7 +40,7 @@ LONGEST_FIRST = ("serving/test_export.py", "runtime/test_runtimes.py", "training
                  "test_benchmarks_input_rate.py",
                  "experiments/test_experiments.py", "training/test_pretrain_arrays.py",
                  "test_layout.py", "model/test_pipeline.py", "model/test_tokenizer.py",
-                 "training/test_backup.py")
+                 "training/test_backup.py", "reliability/test_kills.py")
 
 
 def pytest_collection_modifyitems(config, items):

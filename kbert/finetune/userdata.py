@@ -28,7 +28,7 @@ from typing import Any
 
 from kbert.finetune import glue, ner
 from kbert.hints import PathLike
-from kbert.jsonl import json_lines
+from kbert.jsonl import json_lines, not_utf8
 
 TABLE_FORMATS = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".jsonl": None, ".json": None,
                  ".ndjson": None}
@@ -76,7 +76,16 @@ def table_rows(path: PathLike) -> Any:
     """(line number, {column: value}) for each row of a CSV, TSV or JSONL file (by its
     extension); a bad row raises `ValueError("FILE:LINE: ...")`."""
     delimiter = _format(path)
-    return _json_rows(path) if delimiter is None else _delimited_rows(path, delimiter)
+    return _utf8(path, _json_rows(path) if delimiter is None else
+                 _delimited_rows(path, delimiter))
+
+
+def _utf8(path, rows):
+    """`rows`, with a file that is not UTF-8 named in one line (FILE:LINE)."""
+    try:
+        yield from rows
+    except UnicodeDecodeError:
+        raise ValueError(not_utf8(path)) from None
 
 
 def read_table(path: PathLike, text_column: str = "text", text_pair_column: str | None = None,
@@ -93,7 +102,8 @@ def read_table(path: PathLike, text_column: str = "text", text_pair_column: str 
                 continue
             value = row.get(column)
             if not isinstance(value, str):
-                found = "missing" if value is None else f"a {type(value).__name__}"
+                found = ("missing" if column not in row else "null" if value is None
+                         else f"a {type(value).__name__}")
                 raise ValueError(f"{where}: column {column!r} is {found}, not text "
                                  f"(columns: {', '.join(row)})")
             if not value.strip():

@@ -43,7 +43,7 @@ from kbert.outputs.kinds import (
     read_marker,
 )
 from kbert.outputs.lock import locked
-from kbert.outputs.writing import (
+from kbert.outputs.output import (
     Output,
     apply_modes,
     claims,

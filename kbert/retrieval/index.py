@@ -319,7 +319,8 @@ class Index:
                                           f"rebuild it)")
         try:
             vectors = np.load(os.path.join(directory, VECTORS), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
+        except Exception as e:          # numpy's header parser raises assorted types (even
+            # tokenize.TokenError) on a damaged file: each means "unreadable"
             raise IndexDirectoryError(f"{directory}: {VECTORS} is unreadable ({e})") from None
         passages = _read_passages(os.path.join(directory, PASSAGES))
         want = (manifest["passages"], manifest["dimension"])

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kbert.jsonl import json_lines
+from kbert.jsonl import json_lines, not_utf8
 
 if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
     from kbert.tokenizer import Tokenizer
@@ -103,7 +103,7 @@ def read_texts(paths: Sequence[str], column: str | None = None) -> tuple[list[st
                 with open(path, encoding="utf-8") as f:
                     rows = [(None, f.read())]
         except UnicodeDecodeError:
-            raise PassageError(_not_utf8(path)) from None
+            raise PassageError(not_utf8(path)) from None
         for line, text in rows:
             if text.strip():
                 texts.append(text)
@@ -111,19 +111,6 @@ def read_texts(paths: Sequence[str], column: str | None = None) -> tuple[list[st
     if not texts:
         raise PassageError(f"no text found in {', '.join(paths)}")
     return texts, meta
-
-
-def _not_utf8(path: str) -> str:
-    """The one line for a file that is not UTF-8: where its first undecodable byte is."""
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        return (f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
-                f"{e.start}: {e.reason}); save it as UTF-8")
-    return f"{path}: not UTF-8 text; save it as UTF-8"
 
 
 def _jsonl(path: str, column: str) -> list[tuple[int | None, str]]:

@@ -1,0 +1,143 @@
+"""`kill -9` at several moments of each writer, as a crashed machine or an impatient user does
+it: afterwards the output is whole (the old version or the new one, never half), the next
+run of the command succeeds and leaves nothing beside the output, and a killed export leaves
+no converter running.
+
+The moments are exact, not timed: the command runs in a wrapper that stops itself (SIGSTOP)
+when its files are written into the staging folder but not yet recorded ("written"), and when
+they are recorded and about to be swapped in ("swapping"); the test then kills it. "loading"
+kills it a second after its start, before it writes. (The instant between the swap's two
+renames: `test_outputs.py` puts a directory in that state.)"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import pytest
+
+import kbert
+from helpers import PASSAGES, tiny_vocab
+from kbert import BertConfig, checkpoint, cli, outputs
+
+VOCAB = tiny_vocab(size=120)
+MOMENTS = ("loading", "written", "swapping")
+# `kbert ARGV...` that stops itself at MOMENT (`kbert.outputs.output`'s two steps).
+_WRAPPER = """
+import os, signal, sys
+from kbert.outputs import output
+moment, argv = sys.argv[1], sys.argv[2:]
+def stopping(step):
+    def run(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return step(*args, **kwargs)
+    return run
+if moment == "written":
+    output.Output.commit = stopping(output.Output.commit)
+elif moment == "swapping":
+    output._swap = stopping(output._swap)
+from kbert import cli
+sys.exit(cli.main(argv))
+"""
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    path = tmp_path_factory.mktemp("enc") / "tiny-encoder"
+    checkpoint.save(path, kbert.BertBackbone(BertConfig.preset("tiny", vocab_size=len(VOCAB))),
+                    vocab=VOCAB, embedding={"pooling": "mean", "normalize": True,
+                                            "max_seq_length": 16})
+    return str(path)
+
+
+def _staging(out):
+    parent, name = os.path.split(str(out))
+    return [os.path.join(parent, e) for e in os.listdir(parent)
+            if e.startswith(f".{name}.kbert-new-")]
+
+
+def _stopped(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _kill_at(argv, out, moment):
+    """Runs `kbert ARGV` and SIGKILLs it at `moment`; False if it finished first."""
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    child = subprocess.Popen([sys.executable, "-c", _WRAPPER, moment, *map(str, argv)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    while child.poll() is None:
+        if (time.monotonic() - started > 1.0 if moment == "loading" else
+                _stopped(child.pid)) or (moment == "converting" and _staging(out)):
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def _writers(tmp_path, encoder_dir):
+    text = tmp_path / "doc.txt"
+    text.write_text("\n\n".join(PASSAGES * 40))
+    vocab = os.path.join(encoder_dir, "vocab.txt")
+    return {
+        "index": (["index", "build", text, "--model", encoder_dir, "--overwrite", "--output"],
+                  lambda out: len(kbert.retrieval.Index.load(out)) > 0),
+        "hf": (["convert", "--to", "hf", encoder_dir, "--overwrite", "--output"],
+               lambda out: os.path.getsize(out / "model.safetensors") > 0),
+        "pretraining_data": (["create-pretraining-data", "--input", text, "--vocab", vocab,
+                              "--max-seq-length", "16", "--workers", "1", "--overwrite",
+                              "--output"],
+                             lambda out: any(n.endswith(".tfrecord") for n in os.listdir(out))),
+    }
+
+
+@pytest.mark.parametrize("kind", ["index", "hf", "pretraining_data"])
+def test_a_writer_killed_at_any_moment_leaves_a_whole_output(kind, tmp_path, encoder_dir):
+    argv, whole = _writers(tmp_path, encoder_dir)[kind]
+    out = tmp_path / "out"
+    assert cli.main([str(a) for a in argv + [out]]) == 0       # the old version
+    (out / "notes.txt").write_text("mine")
+    for moment in MOMENTS:
+        assert _kill_at(argv + [out], out, moment), moment
+        outputs.recover_missing(str(out))             # what a reader does first
+        assert outputs.kind_of(out) == kind and whole(out), moment
+        assert (out / "notes.txt").read_text() == "mine"
+    assert cli.main([str(a) for a in argv + [out]]) == 0       # and it runs again
+    assert sorted(os.listdir(tmp_path)) == ["doc.txt", "out"]        # nothing left beside
+    assert whole(out) and (out / "notes.txt").read_text() == "mine"
+
+
+def _converters():
+    """Pids of running graph converters (`python -m kbert.runtime.graphs ...`)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"kbert.runtime.graphs" in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_export_stops_its_converter(tmp_path, encoder_dir, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("KBERT_CACHE", str(tmp_path / "cache"))     # nothing made yet: it converts
+    out = tmp_path / "onnx"
+    before = set(_converters())
+    argv = ["export", encoder_dir, "--format", "onnx", "--output", out]
+    assert _kill_at(argv, out, "converting")          # while the converter child runs
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and set(_converters()) - before:
+        time.sleep(0.1)
+    assert not set(_converters()) - before, "a converter outlived the killed export"
+    assert not out.exists()
+    assert cli.main([str(a) for a in argv]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["cache", "onnx"]
+    assert kbert.load(str(out)).embed(["milk"]).shape == (1, 128)
