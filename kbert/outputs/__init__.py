@@ -1,5 +1,9 @@
 """Where kbert writes: the one package every writer goes through.
 
+    kinds.py    what a directory holds (the record, older outputs' manifests); `check`
+    lock.py     the writers' lock (`flock` on a sibling that exists only while held)
+    output.py   `Output`: staging, modes, the record, the swap, recovery; `writing`, `claims`
+
 An output is a directory (a checkpoint, an export, a SavedModel version, an index, pretraining
 data, experiment results) or one file (a vocabulary). Writing one follows the same four rules:
 
