@@ -47,7 +47,7 @@ def masked_exp(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     dtype = keras.backend.standardize_dtype(scores.dtype)
     lowest = -1e9 if dtype == "float32" else -0.7 * float(ml_dtypes.finfo(dtype).max)
     scores = scores + (1.0 - ops.cast(mask, dtype)) * ops.cast(lowest, dtype)
-    weights = ops.exp(scores - ops.stop_gradient(ops.max(scores, axis=-1, keepdims=True)))
+    weights = ops.exp(scores - ops.stop_gradient(ops.amax(scores, axis=-1, keepdims=True)))
     return weights, ops.sum(ops.cast(weights, "float32"), axis=-1, keepdims=True)
 
 

@@ -32,6 +32,9 @@ class Dropout(keras.layers.Dropout):
             return super().call(inputs, training=training)
         scale = 1.0 / (1.0 - self.rate)
         if backend == "torch":
+            import torch
+            if torch.compiler.is_compiling():
+                return self._traced_torch_dropout(inputs, scale)
             return self._torch_dropout(inputs, scale)
         import tensorflow as tf
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), 2 ** 31 - 1), tf.int32)
@@ -59,3 +62,39 @@ class Dropout(keras.layers.Dropout):
         keep = torch.bitwise_and(bits, 0x7FFF) >= min(round(self.rate * 32768), 32767)
         return torch.where(keep, inputs * scale, torch.zeros((), dtype=inputs.dtype,
                                                              device=inputs.device))
+
+    def _traced_torch_dropout(self, inputs: Tensor, scale: float) -> Tensor:
+        """The mask inside a compiled PyTorch step (`kbert.models.torch_step`), where a seeded
+        `torch.Generator` cannot be traced: 31 bits of a counter-based hash of each element's
+        index keyed by the layer's `SeedGenerator` state (a tensor, so no step recompiles), which
+        the compiler fuses with the product into one kernel. Seeded from the same state as
+        `_torch_dropout`, so a resumed run draws what the uninterrupted one did (not the same
+        bits as the eager mask: a run keeps one mode)."""
+        import torch
+        state = self.seed_generator.state
+        seed = state.value.to(torch.int64)
+        state.assign(state.value + torch.tensor([0, 1], dtype=state.value.dtype,
+                                                device=state.value.device))
+        counter = torch.arange(inputs.numel(), dtype=torch.int64, device=inputs.device)
+        key = hash31(hash31(seed[0]) + (seed[1] & 0x7FFFFFFF))     # one stream per state
+        bits = hash31(hash31(counter) ^ key)
+        keep = (bits >> 16) >= min(round(self.rate * 32768), 32767)    # 15 high bits
+        return torch.where(keep.view(inputs.shape), inputs * scale,
+                           torch.zeros((), dtype=inputs.dtype, device=inputs.device))
+
+
+def hash31(x: Tensor) -> Tensor:
+    """A bijective integer hash of the low 31 bits of int64 `x` into [0, 2^31): xor-shifts and
+    odd multipliers modulo 2^31 (the "lowbias32" construction on 31 bits), in int64 with
+    operands below 2^31, so no product overflows. Counter-based random bits for a traced step.
+
+    >>> import numpy as np
+    >>> bits = hash31(np.arange(100_000, dtype="int64"))
+    >>> 0.49 < float(((bits >> 30) & 1).mean()) < 0.51, len(set(bits.tolist())) == 100_000
+    (True, True)
+    """
+    mask = 0x7FFFFFFF
+    x = x & mask
+    x = ((x ^ (x >> 16)) * 0x7FEB352D) & mask
+    x = ((x ^ (x >> 15)) * 0x046CA68B) & mask
+    return x ^ (x >> 16)

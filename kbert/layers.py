@@ -6,6 +6,7 @@ Shapes: B batch, T sequence length, H hidden size, N heads, D = H / N head size,
 
 import contextlib
 import contextvars
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +18,15 @@ from kbert.dropout import Dropout
 from kbert.hints import Shape, Tensor
 
 _FOR_GRAPHS = contextvars.ContextVar("kbert_tracing_for_graphs", default=False)
+
+
+def _for_graphs() -> bool:
+    """Whether `tracing_for_graphs` is on. Never inside a compiled PyTorch step (TorchDynamo
+    cannot read a `ContextVar`; a graph export never runs there)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.compiler.is_compiling():
+        return False
+    return _FOR_GRAPHS.get()
 
 
 @contextlib.contextmanager
@@ -60,7 +70,7 @@ class LayerNorm(keras.layers.LayerNormalization):
         if training and keras.backend.backend() == "tensorflow" and self._last_axis_only(inputs):
             from kbert import tf_gradients
             return tf_gradients.layer_norm(inputs, self.gamma, self.beta, self.epsilon)
-        if not _FOR_GRAPHS.get():
+        if not _for_graphs():
             return super().call(inputs)
         x = ops.cast(inputs, "float32")
         mean = ops.mean(x, axis=(-1,), keepdims=True)
@@ -106,7 +116,7 @@ class Dense(keras.layers.Dense):
         import tensorflow as tf
         kernel = ops.cast(self.kernel, self.compute_dtype)
         bias = ops.cast(self.bias, self.compute_dtype)
-        if _FOR_GRAPHS.get():
+        if _for_graphs():
             return self.activation(tf.matmul(inputs, kernel) + bias)
         shape = tf.shape(inputs)
         rows = tf.reshape(inputs, [-1, kernel.shape[0]])
@@ -259,7 +269,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         if first_token_only:
             mask, seq_len = mask[:, :, :1], 1                                  # [B, 1, 1, T]
         drop_rate = self.attention_dropout_rate if training else 0.0
-        if _FOR_GRAPHS.get() and not return_attention and not training:
+        if not training and not return_attention and _for_graphs():
             return self._graph_attention(qkv, mask, first_token_only), None
         backend = keras.backend.backend()
         if (return_attention or (drop_rate > 0 and not attention.fused_dropout(qkv))

@@ -111,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (as argparse does for bad arguments); the traceback only with --debug or KBERT_DEBUG=1."""
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("KBERT_DEBUG", "") not in ("", "0")
+    if os.environ.get("KERAS_BACKEND") == "jax":        # a second run compiles nothing
+        from kbert.models.compilation import enable_persistent_cache
+        enable_persistent_cache()
     try:
         with _terminate_as_interrupt():
             args.func(args)

@@ -19,6 +19,7 @@ Example:
 
 import dataclasses
 import os
+import sys
 import time
 from collections.abc import Sequence
 
@@ -30,12 +31,27 @@ from kbert import outputs
 from kbert.finetune import batching
 from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.hardware import mixed_precision_policy
+from kbert.models import compilation
 from kbert.optimization import check_schedule, create_optimizer
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
 PAD_TO_MULTIPLE = 16   # batch widths rounded up: few shapes for XLA / JAX to compile
 
 __all__ = ["TASKS", "finetune", "encode", "evaluate", "predict", "Encoded", "FinetuneResult"]
+
+
+def _compiles_per_shape(jit_compile: str | bool) -> bool:
+    """Whether the train step is compiled for each batch shape (XLA): JAX, and TensorFlow with
+    `jit_compile` (on, or "auto" on a GPU); their batches take `width_ladder`'s few widths.
+    PyTorch's compiled step generalizes over shapes (Dynamo's dynamic shapes)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return jit_compile is not False
+    if backend == "tensorflow":
+        import tensorflow as tf
+        return jit_compile is True or (jit_compile == "auto"
+                                       and bool(tf.config.list_logical_devices("GPU")))
+    return False
 
 
 def predict(model: keras.Model, features: dict[str, np.ndarray], batch_size: int = 64,
@@ -336,9 +352,10 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
         ckpt.heads, ckpt.head_options = {spec.head: head}, {spec.head: options}
         model = ckpt.task_model(spec.head)
         features, label_keys, weight_key = spec.targets(train_set)
+        ladder = _compiles_per_shape(jit_compile)
         dataset, per_epoch = batching.feed(features, batch_size, label_keys, weight_key,
                                            bucket=bucketing, shuffle=True, seed=seed,
-                                           multiple=PAD_TO_MULTIPLE)
+                                           multiple=PAD_TO_MULTIPLE, ladder=ladder)
         steps = per_epoch * epochs
         model.compile(optimizer=create_optimizer("adamw", learning_rate, steps,
                                                  int(round(warmup * steps)), weight_decay,
@@ -366,8 +383,14 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
 
         keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
         fit_started = time.perf_counter()
-        model.fit(dataset, epochs=epochs, callbacks=[keeper], shuffle=False,
-                  verbose=2 if verbose is True else verbose)
+        with compilation.Compiles() as compiles:
+            model.fit(dataset, epochs=epochs, callbacks=[keeper], shuffle=False,
+                      verbose=2 if verbose is True else verbose)
+        if verbose and ladder:
+            shapes = batching.batch_shapes(features, batch_size, PAD_TO_MULTIPLE)
+            print(f"compiled {compiles.count} XLA programs in {compiles.seconds:.1f} s (the "
+                  f"epochs' times include them): {len(shapes)} training batch shapes",
+                  file=sys.stderr)
         return FinetuneResult(os.path.abspath(output), spec.metric, keeper.best_epoch,
                               keeper.best_scores, keeper.history, spec.size(train_set),
                               time.perf_counter() - fit_started, time.perf_counter() - started,

@@ -1,5 +1,6 @@
 """The base of every task model: a backbone plus heads, with the encoder config in `get_config`."""
 
+import sys
 import warnings
 from typing import Any
 
@@ -8,6 +9,7 @@ import keras
 from kbert import hardware
 from kbert.backbone import BertBackbone
 from kbert.config import BertConfig
+from kbert.models import compilation
 
 
 class TaskModel(keras.Model):
@@ -42,6 +44,21 @@ class TaskModel(keras.Model):
             warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
             return super().fit(*args, **kwargs)
 
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """`keras.Model.compile`; on PyTorch `jit_compile=True` compiles the whole train step
+        (`kbert.models.torch_step`), and "auto" (the default) does where
+        `torch_step.compiles_by_default`."""
+        if kwargs.get("jit_compile", "auto") == "auto" and keras.backend.backend() == "torch":
+            from kbert.models import torch_step
+            kwargs["jit_compile"] = torch_step.compiles_by_default()
+        super().compile(*args, **kwargs)
+
+    def _should_torch_compile(self) -> bool:
+        """Keras' switch for `torch.compile` of its own train, test and predict functions:
+        off, as the train step compiles through `torch_step.CompiledStep` and evaluation and
+        prediction run eagerly (a compile per batch shape would not pay back there)."""
+        return False
+
     def make_train_function(self, force: bool = False) -> Any:
         """Keras' (`fit` and `train_on_batch` build it), after two things that speed training:
 
@@ -51,6 +68,8 @@ class TaskModel(keras.Model):
           s, 8.4 with one trace).
         - PyTorch on a CPU: freed host memory kept for reuse (`kbert.hardware.
           keep_freed_memory`: a step without page faults).
+        And on PyTorch with `jit_compile`, the step compiled whole (`kbert.models.torch_step`);
+        on JAX, the persistent compilation cache on (`kbert.models.compilation`).
         """
         backend = keras.backend.backend()
         optimizer = getattr(self, "optimizer", None)
@@ -59,6 +78,17 @@ class TaskModel(keras.Model):
             with self.distribute_strategy.scope():
                 optimizer.build(self.trainable_variables)
         hardware.keep_freed_memory(backend)
+        compilation.enable_persistent_cache()          # JAX: a second run compiles nothing
+        trainer: Any = self                # Keras' attributes, untyped
+        if backend == "torch" and trainer.jit_compile and (force or trainer.train_function is None):
+            from kbert.models import torch_step
+            reason = torch_step.unavailable()
+            if reason is None:
+                trainer.train_function = torch_step.CompiledStep(self)
+                return trainer.train_function
+            print(f"jit_compile=True: {reason}; the step runs eagerly (jit_compile=False)",
+                  file=sys.stderr)
+            trainer.jit_compile = False
         return super().make_train_function(force)
 
 

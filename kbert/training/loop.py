@@ -184,13 +184,11 @@ def build_model_and_optimizer(settings: Settings, dist: Distribution,
 
 def jit_compile_setting(jit_compile: str | bool) -> str | bool:
     """`jit_compile` for the pretraining step. "auto" is Keras' choice (XLA on a TensorFlow GPU,
-    always on JAX), except on PyTorch, where Keras never compiles: there a GPU compiles the step
-    (`torch.compile`, the optimizer included), as a long run on fixed shapes pays back minutes of
-    compiling, and the eager step is bound by launching many small kernels; a CPU stays eager (a
-    compile costs minutes on CPU for a step that gains little from it)."""
+    always on JAX), except on PyTorch, where Keras never compiles: there "auto" compiles the
+    whole step on a GPU and runs it eagerly on a CPU (`kbert.models.torch_step`)."""
     if jit_compile == "auto" and keras.backend.backend() == "torch":
-        import torch
-        return torch.cuda.is_available()
+        from kbert.models import torch_step
+        return torch_step.compiles_by_default()
     return jit_compile
 
 
