@@ -12,7 +12,7 @@ MAX_UPLOAD = "10mb"   # refused by Gradio on upload; the Search tab takes text f
 def add_arguments(parser):
     parser.add_argument("--model", action="extend", nargs="+", default=[], metavar="CKPT",
                         help="checkpoint directories to serve, besides those found "
-                             "in --models-dir")
+                             "in --models-dir (default: none)")
     parser.add_argument("--models-dir", default=DEFAULT_MODELS_DIR,
                         help="directory whose checkpoint sub-directories are served "
                              "(default: the first of $KBERT_MODELS, then the shipped "
@@ -85,7 +85,9 @@ def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860,
 
 
 def main(argv=None):
-    parser = add_arguments(argparse.ArgumentParser(prog="python -m app", description=__doc__))
+    from kbert.cli.common import HelpFormatter  # light: no Keras, no TensorFlow
+    parser = add_arguments(argparse.ArgumentParser(prog="python -m app", description=__doc__,
+                                                   formatter_class=HelpFormatter))
     args = parser.parse_args(argv)
     from app.registry import InputError
     try:

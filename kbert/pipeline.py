@@ -160,17 +160,27 @@ class Bert:
         return self.checkpoint.embedding_defaults
 
     def embed(self, texts: Texts, pooling: str | None = None, batch_size: int = 32,
-              max_seq_length: int | None = None) -> np.ndarray:
+              max_seq_length: int | None = None, normalize: bool = False) -> np.ndarray:
         """Sentence vectors [n, hidden_size]: the `[CLS]` hidden state or the masked mean.
 
         A sentence encoder's checkpoint (config.json's `sentence_embedding`, written when
         converting a sentence-transformers model) sets the defaults: its pooling and the
         longest input it was trained on (e.g. 256 tokens for all-MiniLM-L6-v2), where texts
-        are truncated; otherwise `[CLS]` pooling and the model's `max_seq_length`. Vectors are
-        not normalized (`kbert.retrieval` normalizes them).
+        are truncated; otherwise `[CLS]` pooling and the model's `max_seq_length`.
+
+        normalize: return unit-length (L2) rows, as sentence-transformers'
+            `encode(normalize_embeddings=True)`, so that a dot product is the cosine; a zero
+            vector stays zero. Off by default: the raw pooled vectors (`kbert.retrieval`
+            embeds with it on).
+
+        >>> m = kbert.load("minilm-l6-v2")                                  # doctest: +SKIP
+        >>> v = m.embed(["A man plays a guitar.", "Someone plays music."],  # doctest: +SKIP
+        ...             normalize=True)
+        >>> round(float(v[0] @ v[1]), 2)                # the cosine       # doctest: +SKIP
+        0.65
         """
         return embeddings.embed(self.text_runner, self.checkpoint, texts, pooling, batch_size,
-                                max_seq_length)
+                                max_seq_length, normalize)
 
     def hidden_states(self, text: Texts, layers: Sequence[int] = (-1,),
                       batch_size: int = 32) -> dict | list[dict]:

@@ -3,7 +3,8 @@
 Each subcommand is one `add_<name>` function (its arguments) and one `run_<name>` function (the
 call into kbert), in the module named after what it calls:
 
-    common.py       CliError, positive_int, the --output checks
+    common.py       Parser and HelpFormatter (defaults and examples in every --help),
+                    CliError, positive_int, the --output checks
     convert.py      convert                          (kbert.convert)
     data.py         build-vocab, create-pretraining-data, data-service
                                                      (kbert.tokenizer, kbert.data)
@@ -44,14 +45,22 @@ from kbert.cli import (  # noqa: E402  (after the environment TensorFlow reads)
     pretrain,
     retrieval,
 )
-from kbert.cli.common import CliError, positive_int  # noqa: E402
+from kbert.cli.common import CliError, Parser, examples, positive_int  # noqa: E402
 from kbert.cli.export import DTYPE_NAMES, EXPORT_FORMATS, RUNTIME_NAMES  # noqa: E402
 from kbert.cli.finetune import TASK_NAMES  # noqa: E402
 from kbert.cli.retrieval import RETRIEVAL_TASKS  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kbert", description="BERT in Keras 3")
+    parser = Parser(prog="kbert", description="BERT in Keras 3",
+                    epilog=examples(
+                        "kbert finetune sst2 --init minilm-l6-mlm-nsp --train SST-2/train.tsv "
+                        "--dev SST-2/dev.tsv --output out/sst2",
+                        "kbert evaluate sst2 --model out/sst2 --data SST-2/dev.tsv",
+                        "kbert index build notes/*.txt --model minilm-l6-v2 --output my-index",
+                        "kbert index search my-index \"how do I reset my password?\"")
+                    + "\n\nEvery command's --help (kbert COMMAND --help) shows its options, "
+                      "their defaults and examples.")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (also: KBERT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from types import ModuleType
 
-from kbert.cli.common import CliError
+from kbert.cli.common import CliError, examples
 
 
 def app_server() -> ModuleType | None:
@@ -22,7 +22,10 @@ def app_server() -> ModuleType | None:
 
 
 def add_app(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("app", help="serve the Gradio playground (127.0.0.1:7860 by default)")
+    p = sub.add_parser("app", help="serve the Gradio playground (127.0.0.1:7860 by default)",
+                       epilog=examples("kbert app",
+                                       "kbert app --model out/sst2 out/reviews --port 7861",
+                                       "kbert app --host 0.0.0.0 --runtime onnx --preload"))
     server = app_server()
     if server is not None:
         server.add_arguments(p)

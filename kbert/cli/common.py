@@ -1,14 +1,83 @@
-"""What every subcommand shares: the one-line error, an argument type, the --output checks, the
-training precision option."""
+"""What every subcommand shares: the parser and its help format, the one-line error, an argument
+type, the --output checks, the training precision option."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import sys
+from typing import Any
 
 # the standard library only, both: the parser stays light
 from kbert import outputs
 from kbert.hardware import MIXED_PRECISION
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter,
+                    argparse.ArgumentDefaultsHelpFormatter):
+    """Every command's --help: epilogs (the examples) keep their line breaks, and an option that
+    takes a value ends with "(default: VALUE)".
+
+    Nothing is added where it would say less than the help does: a switch (off unless given), a
+    required option, an option whose help already states its default (as one whose default is
+    None or [] must: e.g. "default: as the index was built")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (action.nargs == 0 or action.required or action.default in (None, [])
+                or "default" in text.lower()):
+            return text
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """The `kbert` parser and, through `add_subparsers`, every subcommand's: `HelpFormatter`,
+    and an option whose value may be left out (`--hybrid [{on,off}]`) takes the next word only
+    when it is one of its choices, so `--hybrid FILE ...` still reads as the bare option
+    followed by a file."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: Any = None,
+                         namespace: Any = None) -> Any:   # (typeshed overloads it)
+        words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._bare_options(words), namespace)
+
+    def _bare_options(self, words: list[str]) -> list[str]:
+        """`--hybrid FILE` -> `--hybrid=on FILE`: the option's const where the next word is not
+        one of its choices (nor another option)."""
+        out = list(words)
+        for i, word in enumerate(words[:-1]):
+            if word == "--":
+                break
+            action = self._option_string_actions.get(word)
+            following = words[i + 1]
+            if (action is not None and action.nargs == argparse.OPTIONAL and action.choices
+                    and following not in action.choices and not following.startswith("-")):
+                out[i] = f"{word}={action.const}"
+        return out
+
+
+def examples(*commands: str) -> str:
+    """A command's epilog: example command lines, each starting with `kbert ` and wrapped as a
+    shell continues them (` \\`), to fit a terminal (a test parses every one)."""
+    return "examples:\n" + "\n".join(_wrapped(command) for command in commands)
+
+
+def _wrapped(command: str, width: int = 80) -> str:
+    """`  kbert ...` cut between words (a quoted text is one word, an option and its value
+    stay together) into lines of at most `width` characters where the words allow, each but
+    the last ending with ` \\`, the next indented."""
+    lines = ["  "]
+    for word in re.findall(r'--?[\w-]+ (?:"[^"]*"|[^-\s]\S*)|"[^"]*"|\S+', command):
+        if len(lines[-1]) > 6 and len(lines[-1]) + len(word) + 3 > width:
+            lines[-1] += " \\"
+            lines.append("      ")
+        lines[-1] += word if lines[-1].isspace() else " " + word
+    return "\n".join(lines)
 
 
 class CliError(Exception):

@@ -5,17 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kbert.cli.common import CliError, add_overwrite, check_output_dir
+from kbert.cli.common import CliError, add_overwrite, check_output_dir, examples
 
 
 def add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="import weights from another library into a checkpoint, "
-                                       "or export a checkpoint to another library's layout")
+                                       "or export a checkpoint to another library's layout",
+                       epilog=examples(
+                           "kbert convert --from hf bert-base-uncased/ --output "
+                           "saved_models/bert-base-uncased",
+                           "kbert convert --from google uncased_L-12_H-768_A-12/ --output "
+                           "saved_models/bert-base-uncased --dtype float16",
+                           "kbert convert --to hf minilm-l6-squad --output /tmp/minilm-squad-hf"))
     direction = p.add_mutually_exclusive_group(required=True)
     direction.add_argument("--from", dest="source", metavar="FORMAT",
-                           help="import SRC from: hf, google, model-garden or keras-hub")
+                           help="import SRC from: hf, google, model-garden or keras-hub "
+                                "(this or --to, no default)")
     direction.add_argument("--to", dest="target", metavar="FORMAT",
-                           help="export the kbert checkpoint SRC to: hf or keras-hub")
+                           help="export the kbert checkpoint SRC to: hf or keras-hub (this or "
+                                "--from, no default)")
     p.add_argument("src", help="the source checkpoint (directory, file or TF checkpoint prefix)")
     p.add_argument("--output", required=True, help="the directory to write")
     add_overwrite(p, "an output of the same format")

@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import argparse
 
-from kbert.cli.common import CliError, add_overwrite, check_output_dir, check_output_file
+from kbert.cli.common import (
+    CliError,
+    add_overwrite,
+    check_output_dir,
+    check_output_file,
+    examples,
+)
 
 
 def add_build_vocab(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("build-vocab", help="learn a WordPiece vocabulary from text files")
+    p = sub.add_parser("build-vocab", help="learn a WordPiece vocabulary from text files",
+                       epilog=examples(
+                           "kbert build-vocab --input corpus/*.txt --vocab-size 30522 "
+                           "--output vocab.txt",
+                           "kbert build-vocab --input wiki.txt books.txt --vocab-size 8000 "
+                           "--cased --output cased-vocab.txt"))
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
     p.add_argument("--vocab-size", type=int, required=True, help="vocabulary size (at most)")
     p.add_argument("--output", required=True, help="the vocab.txt to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     p.add_argument("--cased", action="store_true", help="keep case and accents")
     p.add_argument("--num-unused", type=int, default=99,
-                   help="[unusedN] slots after [PAD] (99: BERT's ids for the special tokens)")
+                   help="[unusedN] slots after [PAD] (default 99: BERT's ids for the special "
+                        "tokens)")
     p.add_argument("--input-format", default="auto", choices=("auto", "documents", "sentences"),
                    help="documents: one per file, blank line between paragraphs; sentences: one "
                         "a line, blank line between documents; auto: decided per file")
@@ -37,17 +49,28 @@ def run_build_vocab(args: argparse.Namespace) -> None:
 
 def add_create_pretraining_data(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("create-pretraining-data",
-                       help="text files → masked LM / next sentence TFRecord shards")
+                       help="text files → masked LM / next sentence TFRecord shards",
+                       epilog=examples(
+                           "kbert create-pretraining-data --input corpus/*.txt --vocab vocab.txt "
+                           "--output shards/",
+                           "kbert create-pretraining-data --input corpus/*.txt --vocab vocab.txt "
+                           "--output shards-512/ --max-seq-length 512 "
+                           "--max-predictions-per-seq 80 --dupe-factor 5 --whole-word-mask"))
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="text files")
     p.add_argument("--vocab", required=True, help="vocab.txt")
     p.add_argument("--output", required=True, help="directory for the shards")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--max-predictions-per-seq", type=int, default=20)
-    p.add_argument("--masked-lm-prob", type=float, default=0.15)
-    p.add_argument("--short-seq-prob", type=float, default=0.1)
-    p.add_argument("--dupe-factor", type=int, default=10)
-    p.add_argument("--whole-word-mask", action="store_true")
-    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--max-seq-length", type=int, default=128, help="tokens per example")
+    p.add_argument("--max-predictions-per-seq", type=int, default=20,
+                   help="masked positions per example, at most")
+    p.add_argument("--masked-lm-prob", type=float, default=0.15,
+                   help="fraction of the tokens masked")
+    p.add_argument("--short-seq-prob", type=float, default=0.1,
+                   help="fraction of examples made shorter than --max-seq-length")
+    p.add_argument("--dupe-factor", type=int, default=10,
+                   help="passes over the input, each with different masks")
+    p.add_argument("--whole-word-mask", action="store_true",
+                   help="mask every WordPiece of a chosen word together")
+    p.add_argument("--seed", type=int, default=12345, help="random seed")
     p.add_argument("--workers", type=int, default=None,
                    help="processes (default: every usable CPU); the output is the same for any")
     p.add_argument("--cased", action="store_true", help="the vocabulary is cased")
@@ -77,16 +100,25 @@ def run_create_pretraining_data(args: argparse.Namespace) -> None:
 
 def add_data_service(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data-service", help="run a tf.data service dispatcher or worker that "
-                                            "prepares `pretrain --text` batches on other hosts")
-    p.add_argument("role", choices=("dispatcher", "worker"))
+                                            "prepares `pretrain --text` batches on other hosts",
+                       epilog=examples(
+                           "kbert data-service dispatcher --port 5050 --work-dir "
+                           "/shared/dispatcher",
+                           "kbert data-service worker --dispatcher hostA:5050 --port 5051 "
+                           "--worker-address hostB:5051",
+                           "kbert pretrain --text /shared/corpus/*.txt --data-service "
+                           "grpc://hostA:5050 --config mini --vocab vocab.txt --output ckpt/"))
+    p.add_argument("role", choices=("dispatcher", "worker"), help="dispatcher or worker")
     p.add_argument("--port", type=int, default=None,
                    help="port to serve on (default: dispatcher 5050, worker 5051)")
-    p.add_argument("--dispatcher", metavar="HOST:PORT", help="worker: the dispatcher's address")
+    p.add_argument("--dispatcher", metavar="HOST:PORT",
+                   help="worker (needed, no default): the dispatcher's address")
     p.add_argument("--worker-address", metavar="HOST:PORT",
                    help="worker: the address trainers reach it at (default localhost:PORT; "
                         "on a cluster this host's name and the port)")
     p.add_argument("--work-dir", help="dispatcher: a shared directory for its journal, so a "
-                                      "restarted dispatcher resumes its jobs")
+                                      "restarted dispatcher resumes its jobs (default: none, "
+                                      "no journal)")
     p.set_defaults(func=run_data_service)
 
 

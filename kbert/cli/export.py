@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from kbert.cli.common import add_overwrite, check_output_dir, positive_int
+from kbert.cli.common import add_overwrite, check_output_dir, examples, positive_int
 
 EXPORT_FORMATS = ("saved_model", "onnx", "openvino")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "int8")   # kbert.runtime.DTYPES (a test checks)
@@ -14,7 +14,12 @@ RUNTIME_NAMES = ("auto", "keras", "openvino", "onnx")    # kbert.runtime.RUNTIME
 
 def add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a TF Serving SavedModel (raw-string signatures), "
-                                      "or the model's passes as ONNX / OpenVINO graphs")
+                                      "or the model's passes as ONNX / OpenVINO graphs",
+                       epilog=examples(
+                           "kbert export minilm-l6-squad --output /tmp/bert",
+                           "kbert export out/sst2 --output /tmp/bert --version 2 --signatures "
+                           "classify --dtype bfloat16",
+                           "kbert export minilm-l6-v2 --output /tmp/minilm-onnx --format onnx"))
     p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint directory")
     p.add_argument("--output", required=True,
                    help="SavedModel: model base directory, writes OUTPUT/VERSION/; onnx and "
@@ -31,8 +36,9 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--signatures", nargs="+", metavar="NAME",
                    help="string signatures to write (default: all the heads allow)")
     p.add_argument("--top-k", type=positive_int, default=5,
-                   help="fillers per mask / answers per question")
-    p.add_argument("--max-masks", type=positive_int, default=5, help="[MASK]s answered per text")
+                   help="fillers per mask / answers per question (SavedModel only)")
+    p.add_argument("--max-masks", type=positive_int, default=5,
+                   help="[MASK]s answered per text (SavedModel only)")
     p.set_defaults(func=run_export)
 
 

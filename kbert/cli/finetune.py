@@ -11,6 +11,7 @@ from kbert.cli.common import (
     add_mixed_precision,
     add_overwrite,
     check_output_dir,
+    examples,
     positive_int,
 )
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
@@ -28,7 +29,8 @@ def add_columns(p: argparse.ArgumentParser) -> None:
     """The own-data tasks' column options (classify, regress, tag)."""
     p.add_argument("--text-column", help="classify/regress: the text column (default text); "
                                          "tag JSONL: the tokens key (default tokens)")
-    p.add_argument("--text-pair-column", help="classify/regress: the second text's column")
+    p.add_argument("--text-pair-column", help="classify/regress: the second text's column "
+                                              "(default: none, single texts)")
     p.add_argument("--label-column", help="classify/regress: the label column (default label); "
                                           "tag JSONL: the tags key (default tags)")
 
@@ -42,33 +44,47 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a checkpoint on a GLUE, SQuAD, CoNLL-2003 or "
                                         "SWAG task, or on your own CSV/TSV/JSONL, CoNLL or SQuAD "
                                         "file (classify, regress, tag, qa), keeping the best dev "
-                                        "epoch")
+                                        "epoch",
+                       epilog=examples(
+                           "kbert finetune sst2 --init minilm-l6-mlm-nsp --train SST-2/train.tsv "
+                           "--dev SST-2/dev.tsv --output out/sst2",
+                           "kbert finetune classify --init minilm-l6-mlm-nsp --train reviews.csv "
+                           "--dev dev.csv --text-column review --label-column stars "
+                           "--output out/reviews",
+                           "kbert finetune squad --init minilm-l6-mlm-nsp --train "
+                           "train-v1.1.json --dev dev-v1.1.json --output out/squad "
+                           "--batch-size 16 --epochs 2",
+                           "kbert finetune retrieve --init minilm-l6-v2 --train pairs.jsonl "
+                           "--mine-negatives 1 --output out/ret"))
     p.add_argument("task", metavar="TASK", choices=TASK_NAMES + retrieval.TRAINING_TASKS,
                    help=" ".join(TASK_NAMES + retrieval.TRAINING_TASKS))
     p.add_argument("--init", required=True, help="the checkpoint to start from")
     p.add_argument("--train", required=True, help="the training file")
-    p.add_argument("--dev", help="the dev file scored after each epoch (retrieve, rerank: "
-                                 "optional, else the last epoch is kept)")
+    p.add_argument("--dev", help="the dev file scored after each epoch (needed, no default; "
+                                 "retrieve, rerank: optional, else the last epoch is kept)")
     p.add_argument("--output", required=True, help="the checkpoint directory to write")
     add_overwrite(p, "a checkpoint")
     p.add_argument("--epochs", type=positive_int, help="default 3 (retrieve, rerank: 1)")
     p.add_argument("--learning-rate", type=float,
                    help="peak learning rate (default 3e-5; retrieve, rerank: 2e-5)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32, help="examples per update")
     p.add_argument("--warmup", type=float, default=0.1, help="fraction of updates warming up")
-    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=float, default=0.01,
+                   help="AdamW weight decay (not on biases and LayerNorm)")
     p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--tune-null-threshold", action="store_true",
                    help="squad2: store the null-score threshold with the best dev F1")
-    p.add_argument("--max-train-examples", type=int, help="train on the first N examples only")
+    p.add_argument("--max-train-examples", type=int,
+                   help="train on the first N examples only (default: all)")
     p.add_argument("--no-bucketing", dest="bucketing", action="store_false",
                    help="shuffle freely instead of grouping similar lengths into a batch "
                         "(each batch is still padded to its longest row)")
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
                    help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
                         "PyTorch (auto: XLA on a TensorFlow GPU and on JAX; PyTorch eager)")
-    p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
+    p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"),
+                   help="dtype of the written weights")
     add_mixed_precision(p, default="float32")
     add_columns(p)
     retrieval.add_retrieval_training(p)
@@ -104,13 +120,21 @@ def run_finetune(args: argparse.Namespace) -> None:
 
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="score a fine-tuned checkpoint on a task's file (prints "
-                                        "one JSON object)")
+                                        "one JSON object)",
+                       epilog=examples(
+                           "kbert evaluate sst2 --model out/sst2 --data SST-2/dev.tsv",
+                           "kbert evaluate squad --model minilm-l6-squad --data dev-v1.1.json "
+                           "--dtype bfloat16",
+                           "kbert evaluate retrieve --model minilm-l6-v2 --data dev-v1.1.json "
+                           "--hybrid on",
+                           "kbert evaluate open-qa --model minilm-l6-squad --retriever "
+                           "minilm-l6-v2 --data dev-v1.1.json --passages 5"))
     p.add_argument("task", metavar="TASK", choices=TASK_NAMES + retrieval.RETRIEVAL_TASKS,
                    help=" ".join(TASK_NAMES + retrieval.RETRIEVAL_TASKS))
     p.add_argument("--model", required=True, help="the fine-tuned checkpoint")
     p.add_argument("--data", required=True, help="the file to score")
     retrieval.add_retrieval_evaluate(p)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="examples per batch")
     p.add_argument("--max-seq-length", type=int, help="default 128 (SQuAD 384)")
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
                    help="the encoder's precision (default float32; auto: bfloat16 where the "

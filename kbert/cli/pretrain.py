@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from kbert.cli.common import add_mixed_precision, add_overwrite, check_output_dir
+from kbert.cli.common import add_mixed_precision, add_overwrite, check_output_dir, examples
 
 
 def add_pretrain(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pretrain", help="masked LM + next sentence pretraining with model.fit")
+    p = sub.add_parser("pretrain", help="masked LM + next sentence pretraining with model.fit",
+                       epilog=examples(
+                           "kbert pretrain --data shards/ --config mini --vocab vocab.txt "
+                           "--output ckpt/ --steps 10000",
+                           "kbert pretrain --data shards-128/ shards-512/ --phase-steps 9000 "
+                           "1000 --config base --vocab vocab.txt --output ckpt/",
+                           "kbert pretrain --text corpus/*.txt --init minilm-l6-mlm-nsp "
+                           "--output ckpt/ --batch-size 64 --learning-rate 5e-5"))
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", metavar="DIR",
                         help="TFRecord shard directory (two for the 128-then-512 two-phase "
@@ -21,24 +28,31 @@ def add_pretrain(sub: argparse._SubParsersAction) -> None:
                         "packing without NSP")
     p.add_argument("--data-service", metavar="ADDRESS",
                    help="--text: a tf.data service dispatcher (grpc://host:port) whose workers "
-                        "prepare the batches (kbert data-service)")
+                        "prepare the batches (kbert data-service; default: none, this process "
+                        "prepares them)")
     p.add_argument("--config", help="tiny, mini, small, medium, base, large or a config.json "
                                     "(default: base, or the --init checkpoint's)")
-    p.add_argument("--init", help="checkpoint to continue from (missing MLM/NSP heads are new)")
-    p.add_argument("--vocab", help="vocab.txt for a model trained from scratch")
+    p.add_argument("--init", help="checkpoint to continue from (missing MLM/NSP heads are new; "
+                                  "default: none, random weights)")
+    p.add_argument("--vocab", help="vocab.txt for a model trained from scratch (default: the "
+                                   "--init checkpoint's)")
     p.add_argument("--output", required=True, help="the checkpoint directory to write")
     add_overwrite(p, "a checkpoint")
     p.add_argument("--batch-size", type=int, default=32, help="global batch per update")
     p.add_argument("--steps", type=int, default=1000, help="optimizer updates")
-    p.add_argument("--phase-steps", type=int, nargs="+", help="updates per --data phase")
+    p.add_argument("--phase-steps", type=int, nargs="+",
+                   help="updates per --data phase (default: --steps, for one phase)")
     p.add_argument("--warmup-steps", type=int, help="default: 1%% of --steps")
     p.add_argument("--learning-rate", type=float, default=1e-4, help="peak learning rate")
-    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=float, default=0.01,
+                   help="AdamW/LAMB weight decay (not on biases and LayerNorm)")
     p.add_argument("--max-seq-length", type=int,
                    help="check the shards have this length (--text: the length, default 128)")
     p.add_argument("--max-predictions-per-seq", type=int,
                    help="check the shards have this P (--text: P, default 20)")
-    p.add_argument("--optimizer", default="adamw", choices=("adamw", "lamb"))
+    p.add_argument("--optimizer", default="adamw", choices=("adamw", "lamb"),
+                   help="adamw (the paper's Adam with decoupled weight decay) or lamb (large "
+                        "batches)")
     add_mixed_precision(p)
     p.add_argument("--jit-compile", choices=("auto", "on", "off"), default="auto",
                    help="compile the train step: XLA on TensorFlow and JAX, torch.compile on "
@@ -51,13 +65,17 @@ def add_pretrain(sub: argparse._SubParsersAction) -> None:
                    help="mlm_nsp (the paper's), mlm (no NSP) or ltr (left-to-right LM on a "
                         "causal encoder): the section 5.1 ablations")
     p.add_argument("--strategy", default="auto",
-                   choices=("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel"))
-    p.add_argument("--tpu", help="TPU name or address for the cluster resolver")
-    p.add_argument("--seed", type=int, default=0)
+                   choices=("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel"),
+                   help="how training is distributed over devices and hosts (auto: from the "
+                        "devices and the cluster environment)")
+    p.add_argument("--tpu", help="TPU name or address for the cluster resolver (default: "
+                                 "$TPU_NAME, or the local TPU)")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--shuffle-buffer", type=int, default=10000,
                    help="examples shuffled together (records of the shards, or --text rows)")
-    p.add_argument("--log-dir", help="TensorBoard log directory")
-    p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"))
+    p.add_argument("--log-dir", help="TensorBoard log directory (default: none, no logs)")
+    p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"),
+                   help="dtype of the written weights")
     p.set_defaults(func=run_pretrain)
 
 

@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kbert import outputs
-from kbert.cli.common import CliError, add_overwrite, check_output_dir, positive_int
+from kbert.cli.common import (
+    CliError,
+    add_overwrite,
+    check_output_dir,
+    examples,
+    positive_int,
+)
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
 
 if TYPE_CHECKING:   # type-only: the pipeline needs Keras
@@ -19,33 +25,57 @@ RETRIEVAL_TASKS = ("retrieve", "rerank", "open-qa")   # `kbert evaluate` (kbert.
 TRAINING_TASKS = ("retrieve", "rerank")      # `kbert finetune` (kbert.retrieval.training)
 
 
+def add_hybrid(p: argparse.ArgumentParser, default: str | None, help: str) -> None:
+    """--hybrid [{on,off}], one form in every command: BM25 fused with the dense scores. A bare
+    `--hybrid` is on (`common.Parser` reads `--hybrid FILE` as the bare option, then the file).
+    """
+    p.add_argument("--hybrid", nargs="?", const="on", choices=("on", "off"), default=default,
+                   help=help + "; a bare --hybrid is on")
+
+
 def add_index(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="build a search index of passages with a sentence encoder, "
-                                     "add to it, or search it")
+                                     "add to it, or search it",
+                       epilog=examples(
+                           "kbert index build notes/*.txt faq.csv --text-column body "
+                           "--model minilm-l6-v2 --output my-index",
+                           "kbert index add my-index more.jsonl --text-column body",
+                           "kbert index search my-index \"how do I reset my password?\""))
     which = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    b = which.add_parser("build", help="embed text, JSONL or CSV files into an index directory")
+    b = which.add_parser("build", help="embed text, JSONL or CSV files into an index directory",
+                         epilog=examples(
+                             "kbert index build notes/*.txt faq.csv --text-column body "
+                             "--model minilm-l6-v2 --output my-index",
+                             "kbert index build corpus.jsonl --model minilm-l6-v2 --output "
+                             "big-index --approximate --hybrid on --runtime onnx"))
     b.add_argument("files", nargs="+", metavar="FILE",
                    help="plain text (one text a file), .jsonl or .csv/.tsv (--text-column)")
     b.add_argument("--model", required=True, help="the sentence encoder (e.g. minilm-l6-v2)")
     b.add_argument("--output", required=True, help="the index directory to write")
     add_overwrite(b, "an index")
-    b.add_argument("--hybrid", action="store_true",
-                   help="search fuses BM25 with the dense scores by default")
+    add_hybrid(b, "off", "on: search fuses BM25 with the dense scores unless told otherwise "
+                         "(index search --hybrid off)")
     b.add_argument("--approximate", action="store_true",
                    help="an approximate HNSW index (faiss) for collections beyond ~100k passages")
-    a = which.add_parser("add", help="add files to an existing index (same encoder)")
+    a = which.add_parser("add", help="add files to an existing index (same encoder)",
+                         epilog=examples("kbert index add my-index more.jsonl --text-column body",
+                                         "kbert index add my-index new-notes/*.txt"))
     a.add_argument("index", metavar="DIR", help="the index directory")
     a.add_argument("files", nargs="+", metavar="FILE", help="as for build")
     for q in (b, a):
         q.add_argument("--text-column", help="JSONL key or CSV column of the text (default text)")
-        q.add_argument("--batch-size", type=positive_int, default=16)
-    s = which.add_parser("search", help="the best passages for a query")
+        q.add_argument("--batch-size", type=positive_int, default=16, help="texts per batch")
+    s = which.add_parser("search", help="the best passages for a query",
+                         epilog=examples(
+                             "kbert index search my-index \"how do I reset my password?\"",
+                             "kbert index search my-index \"reset password\" \"change email\" "
+                             "--top-k 3 --hybrid off --json"))
     s.add_argument("index", metavar="DIR", help="the index directory")
     s.add_argument("query", nargs="+", help="one or more queries")
-    s.add_argument("--top-k", type=positive_int, default=10)
+    s.add_argument("--top-k", type=positive_int, default=10, help="hits per query")
     s.add_argument("--model", help="the encoder (default: the one the index was built with)")
-    s.add_argument("--hybrid", choices=("on", "off"),
-                   help="fuse BM25 with the dense scores (default: the index's option)")
+    add_hybrid(s, None, "fuse BM25 with the dense scores (default: as the index was built, "
+                        "index build --hybrid)")
     s.add_argument("--json", action="store_true", help="print the hits as one JSON list")
     for q in (b, a, s):
         q.add_argument("--runtime", choices=RUNTIME_NAMES,
@@ -62,16 +92,18 @@ def add_index(sub: argparse._SubParsersAction) -> None:
 
 def add_retrieval_evaluate(p: argparse.ArgumentParser) -> None:
     """`kbert evaluate retrieve|rerank`'s options."""
-    p.add_argument("--hybrid", action="store_true", help="retrieve: BM25 + dense, fused")
+    add_hybrid(p, "off", "retrieve, open-qa: BM25 fused with the dense scores")
     p.add_argument("--candidates", type=positive_int, default=20,
                    help="rerank: BM25's top N per query, reordered (default 20)")
-    p.add_argument("--max-queries", type=positive_int, help="rerank: the first N queries only")
+    p.add_argument("--max-queries", type=positive_int,
+                   help="rerank: the first N queries only (default: all)")
     p.add_argument("--fuse", action="store_true",
                    help="rerank: order by the reranker's log-odds fused with BM25's scores")
-    p.add_argument("--retriever", help="open-qa: the sentence encoder that indexes every "
-                                       "paragraph of --data (--model is the reader)")
+    p.add_argument("--retriever", help="open-qa (needed, no default): the sentence encoder "
+                                       "that indexes every paragraph of --data (--model is the "
+                                       "reader)")
     p.add_argument("--reranker", help="open-qa: a cross-encoder reordering the first "
-                                      "--candidates hits (optional)")
+                                      "--candidates hits (default: none)")
     p.add_argument("--passages", type=positive_int, default=5,
                    help="open-qa: passages the reader reads per question (default 5)")
 
@@ -83,10 +115,11 @@ def add_retrieval_training(p: argparse.ArgumentParser) -> None:
     g.add_argument("--query-column", default="query", help="default query")
     g.add_argument("--positive-column", default="positive", help="default positive")
     g.add_argument("--negative-column",
-                   help="hard negatives (a text, or a JSONL list of texts), if the file has them")
+                   help="hard negatives (a text, or a JSONL list of texts), if the file has "
+                        "them (default: none)")
     g.add_argument("--mine-negatives", type=positive_int, metavar="N",
                    help="add N hard negatives per query: the best-ranked training passages "
-                        "that are not its positive")
+                        "that are not its positive (default: none mined)")
     g.add_argument("--mine-with", choices=("bm25", "encoder"), default="bm25",
                    help="rank passages for mining with BM25 (default) or the --init encoder")
     g.add_argument("--temperature", type=float, default=0.05,
@@ -145,7 +178,7 @@ def run_index(args: argparse.Namespace) -> None:
         index = Index.load(args.index)
         model = (load_model(args, args.model) if args.model
                  else index.load_encoder(**runtime_options(args)))
-        hybrid = None if args.hybrid is None else args.hybrid == "on"
+        hybrid = None if args.hybrid is None else args.hybrid == "on"    # None: the index's
         hits = index.search(args.query, model, top_k=args.top_k, hybrid=hybrid)
         print_hits(args.query, hits, args.json)
         return
@@ -157,7 +190,7 @@ def run_index(args: argparse.Namespace) -> None:
         if args.action == "build":
             model = load_model(args, args.model)
             index = Index.build(model, texts, metadata=meta, batch_size=args.batch_size,
-                                approximate=args.approximate, hybrid=args.hybrid)
+                                approximate=args.approximate, hybrid=args.hybrid == "on")
             path = index.save(args.output, overwrite=args.overwrite)
         else:
             # Locked from reading to writing: a second `index add` waits, then adds to what
@@ -207,7 +240,7 @@ def run_retrieval_evaluate(args: argparse.Namespace) -> None:
         return run_open_qa(args)
     model = load_model(args, args.model)
     if args.task == "retrieve":      # evaluate's --batch-size defaults to 64: 16 suits indexing
-        scores = metrics.evaluate_retrieve(model, args.data, hybrid=args.hybrid,
+        scores = metrics.evaluate_retrieve(model, args.data, hybrid=args.hybrid == "on",
                                            batch_size=min(args.batch_size, 16))
     else:
         scores = metrics.evaluate_rerank(model, args.data, candidates=args.candidates,
@@ -228,6 +261,6 @@ def run_open_qa(args: argparse.Namespace) -> None:
     encoder = load_model(args, args.retriever)
     reranker = load_model(args, args.reranker) if args.reranker else None
     scores = evaluate_open_qa(reader, args.data, encoder, reranker, passages=args.passages,
-                              candidates=args.candidates, hybrid=args.hybrid,
+                              candidates=args.candidates, hybrid=args.hybrid == "on",
                               batch_size=min(args.batch_size, 32))
     print(json.dumps(scores))

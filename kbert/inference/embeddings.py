@@ -1,5 +1,5 @@
-"""Vectors from the encoder: sentence embeddings (`embed`) and chosen hidden layers per token
-(`hidden_states`, the paper's feature-based approach)."""
+"""Vectors from the encoder: sentence embeddings (`embed`, unit length with `l2_normalize`) and
+chosen hidden layers per token (`hidden_states`, the paper's feature-based approach)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from kbert.inference.runner import TextRunner
 
 
 def embed(runner: TextRunner, ckpt: Contents, text: Texts, pooling: str | None = None,
-          batch_size: int = 32, max_seq_length: int | None = None) -> np.ndarray:
-    """Sentence vectors [n, hidden_size] (see `kbert.pipeline.Bert.embed`)."""
+          batch_size: int = 32, max_seq_length: int | None = None,
+          normalize: bool = False) -> np.ndarray:
+    """Sentence vectors [n, hidden_size], unit length if `normalize` (see
+    `kbert.pipeline.Bert.embed`)."""
     defaults = ckpt.embedding_defaults   # a sentence encoder's recorded pooling and length
     pooling = pooling or defaults["pooling"]
     if pooling not in ("cls", "mean"):
@@ -29,7 +31,23 @@ def embed(runner: TextRunner, ckpt: Contents, text: Texts, pooling: str | None =
     for idx, _, vectors in runner.batched("embed_" + pooling, ids, [None] * len(ids),
                                           batch_size, max_seq_length=length):
         out[idx] = vectors
-    return out
+    return l2_normalize(out) if normalize else out
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit (L2) length, float32; a zero row stays zero.
+
+    The one normalization of `embed(normalize=True)` (and so of `kbert.retrieval`'s vectors).
+    Twins in a graph, held to it by tests: the SavedModel's `embed` signature
+    (`kbert.serving.signatures`, its `embedding` output) and `BertBiEncoder.encode`.
+
+    >>> l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]]))
+    array([[0.6, 0.8],
+           [0. , 0. ]], dtype=float32)
+    """
+    vectors = np.asarray(vectors, np.float32)
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)                    # [n, 1]
+    return vectors / np.maximum(norms, 1e-12)
 
 
 def hidden_states(runner: TextRunner, ckpt: Contents, text: Texts,

@@ -109,6 +109,7 @@ class BertBiEncoder(FineTunedModel):
         """Unit-length float32 vectors [B, H] of a batch of features."""
         out = self.backbone(features, training=training)["sequence_output"]
         vectors = sentence_embedding(out, features["input_mask"], self.pooling)
+        # unit rows: twin of kbert.inference.embeddings.l2_normalize (a zero row stays zero)
         return vectors / ops.maximum(ops.norm(vectors, axis=-1, keepdims=True), 1e-12)
 
     def call(self, inputs: Inputs, training: bool = False) -> Any:

@@ -22,20 +22,13 @@ def options(model: Bert) -> dict:
 
 
 def embed(model: Bert, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
-    """Unit-length float32 vectors [n, hidden] (the model's `embed`, length-sorted batches)."""
+    """Unit-length float32 vectors [n, hidden] (the model's `embed(normalize=True)`,
+    length-sorted batches)."""
     if not len(texts):
         return np.zeros((0, model.config.hidden_size), np.float32)
     opts = options(model)
-    vectors = model.embed(list(texts), pooling=opts["pooling"], batch_size=batch_size,
-                          max_seq_length=opts["max_seq_length"])
-    return normalize(vectors)
-
-
-def normalize(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (a zero row stays zero)."""
-    vectors = np.asarray(vectors, np.float32)
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
+    return model.embed(list(texts), pooling=opts["pooling"], batch_size=batch_size,
+                       max_seq_length=opts["max_seq_length"], normalize=True)
 
 
 _IDENTITY_CACHE: dict = {}

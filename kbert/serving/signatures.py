@@ -151,7 +151,7 @@ class Signatures:
         mean = tf.reduce_sum(sequence * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1e-9)
         pooled = {"cls": sequence[:, 0], "mean": mean}
         vector = pooled[defaults["pooling"]]
-        # unit rows, as kbert.retrieval.encoder.normalize (a zero row stays zero)
+        # unit rows: twin of kbert.inference.embeddings.l2_normalize (a zero row stays zero)
         norm = tf.maximum(tf.norm(vector, axis=-1, keepdims=True), 1e-12)
         return {"embedding": vector / norm, **pooled}
 

@@ -59,6 +59,39 @@ def test_embed_cls_and_mean(tiny_pretrained):
         tiny_pretrained.embed(texts, pooling="max")
 
 
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_embed_normalize_gives_unit_rows_of_the_same_direction(tiny_pretrained, pooling):
+    texts = ["the dog", "the quick brown fox jumps over the lazy dog", "a", ""]
+    raw = tiny_pretrained.embed(texts, pooling=pooling)
+    assert np.array_equal(raw, tiny_pretrained.embed(texts, pooling=pooling, normalize=False))
+    norms = np.linalg.norm(raw, axis=1)
+    assert not np.allclose(norms, 1.0, atol=1e-3)          # the default is left unnormalized
+    unit = tiny_pretrained.embed(texts, pooling=pooling, normalize=True)
+    assert unit.dtype == np.float32 and unit.shape == raw.shape
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(unit, raw / norms[:, None], atol=1e-6)
+    np.testing.assert_allclose(unit[0], tiny_pretrained.embed("the dog", pooling=pooling,
+                                                              normalize=True)[0], atol=1e-5)
+
+
+def test_embed_normalize_leaves_a_zero_vector_zero(tiny_pretrained, monkeypatch):
+    runner = tiny_pretrained.text_runner
+    batched = runner.batched
+
+    def zero_second_row(*args, **kwargs):       # the encoder's vector for text 1 is all zeros
+        for idx, features, vectors in batched(*args, **kwargs):
+            vectors = np.array(vectors)
+            vectors[np.asarray(idx) == 1] = 0.0
+            yield idx, features, vectors
+    monkeypatch.setattr(runner, "batched", zero_second_row)
+    with np.errstate(all="raise"):
+        unit = tiny_pretrained.embed(["the dog", "a cat", "the mat"], normalize=True)
+    assert np.all(np.isfinite(unit)) and not unit[1].any()
+    np.testing.assert_allclose(np.linalg.norm(unit[[0, 2]], axis=1), 1.0, atol=1e-6)
+    from kbert.inference.embeddings import l2_normalize
+    assert not l2_normalize(np.zeros((2, 4))).any()
+
+
 def _save_task(tmp_path, model, options):
     path = tmp_path / type(model).__name__
     checkpoint.save(path, model, vocab=tiny_vocab(size=120), head_options=options)

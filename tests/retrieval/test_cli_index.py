@@ -48,6 +48,23 @@ def test_build_add_and_search(files, encoder, capsys):
     assert first.split()[0] == "1" and "he bought milk" in first and "a.jsonl:1" in first
 
 
+def test_hybrid_as_a_bare_switch_and_as_on_off(files, encoder, capsys):
+    pytest.importorskip("bm25s")
+    out = files / "idx"
+    assert cli.main(["index", "build", "--hybrid", str(files / "a.jsonl"), "--text-column",
+                     "body", "--model", encoder.checkpoint.path, "--output", str(out)]) == 0
+    assert capsys.readouterr().out.strip().endswith(", exact, hybrid")
+    hits = {}
+    for form in (["--hybrid", "off"], ["--hybrid=on"], ["--hybrid"], []):
+        assert cli.main(["index", "search", str(out), "milk", "--json", *form]) == 0
+        hits[" ".join(form)] = json.loads(capsys.readouterr().out)
+    assert hits["--hybrid=on"] == hits["--hybrid"] == hits[""]          # the index's: on
+    assert hits[""][0]["text"] == PASSAGES[0]
+    dense = encoder.search("milk", PASSAGES[:3], top_k=3)               # a list: dense only
+    assert [h["score"] for h in hits["--hybrid off"]] == pytest.approx(
+        [h["score"] for h in dense], abs=1e-5)
+
+
 def test_index_errors_are_one_line(files, encoder, other_encoder, capsys, tmp_path):
     err = _error(capsys, "index", "build", files / "b.csv", "--model", encoder.checkpoint.path,
                  "--output", tmp_path / "x")
