@@ -7,13 +7,17 @@
 #                                                SQuAD windows, 0.8 MB; the default) or
 #                                                `ablations` (the exported plan, 17 MB)
 #   benchmarks/gpu_suite.sh run DIR LOGS [PART]  on the GPU machine; PART is one or more of
-#                                                pretrain-base pretrain-mini squad attention
-#                                                (default: these, in that order) ablations
+#                                                overhead pretrain-mini pretrain-base squad
+#                                                attention (default: these, in that order)
+#                                                ablations
 #
 # Each part has its own time limit and writes LOGS/PART.log (and .json) as it goes, so a part
 # stopped at its limit still leaves the rows it finished. The SQuAD part starts from
 # saved_models/minilm-l6-mlm-nsp (SQUAD_INIT to change it).
 #
+#   overhead       benchmarks/step_overhead.py at mini, batch 32: kbert's `fit` on JAX and on
+#                  PyTorch (eager and compiled) beside HF eager, HF under torch.compile and a
+#                  bare compiled step of each framework; float32
 #   pretrain-base  benchmarks/pretrain_step.py, base at 256x128 (20 predictions) and 64x512 (80):
 #                  kbert on JAX (attention dropout 0.1, and 0: fused cuDNN attention) and on
 #                  PyTorch (eager, and torch.compile), keras-hub on JAX and PyTorch, HF; bf16;
@@ -56,7 +60,7 @@ run)
   DIR=${2:?usage: gpu_suite.sh run DIR LOGS [PART...]}
   LOGS=${3:?usage: gpu_suite.sh run DIR LOGS [PART...]}
   shift 3
-  PARTS=${*:-pretrain-base pretrain-mini squad attention}
+  PARTS=${*:-overhead pretrain-mini pretrain-base squad attention}
   mkdir -p "$LOGS"
   if [ -d "$DIR/wheels" ]; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -73,6 +77,10 @@ print(sys.version.split()[0], 'jax', jax.__version__, 'torch', torch.__version__
   for part in $PARTS; do
     started=$(date +%s)
     case $part in
+    overhead)
+      timeout 240 $PY benchmarks/step_overhead.py --configs mini --worker-timeout 100 \
+        --rows hf kbert/jax kbert/torch kbert/torch-compiled hf-compile bare-jax bare-torch \
+        --json "$LOGS/$part.json" ;;
     pretrain-base)
       timeout 440 $PY benchmarks/pretrain_step.py --configs base --backends jax torch \
         --shapes 256x128x20 64x512x80 --variants attention-dropout-0 compile --warmup 3 \

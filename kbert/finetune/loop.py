@@ -388,8 +388,9 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
                       verbose=2 if verbose is True else verbose)
         if verbose and ladder:
             shapes = batching.batch_shapes(features, batch_size, PAD_TO_MULTIPLE)
-            print(f"compiled {compiles.count} XLA programs in {compiles.seconds:.1f} s (the "
-                  f"epochs' times include them): {len(shapes)} training batch shapes",
+            cached = f", {compiles.cached} read from the cache" if compiles.cached else ""
+            print(f"compiled {compiles.count} XLA programs{cached} in {compiles.seconds:.1f} s "
+                  f"(the epochs' times include them): {len(shapes)} training batch shapes",
                   file=sys.stderr)
         return FinetuneResult(os.path.abspath(output), spec.metric, keeper.best_epoch,
                               keeper.best_scores, keeper.history, spec.size(train_set),
