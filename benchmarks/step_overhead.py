@@ -108,13 +108,16 @@ def _jax_transfers(step, steps=5):
     return Count.n / steps
 
 
-def _fit_timing(fit, short, long, repeats=3):
+REPEATS = 3
+
+
+def _fit_timing(fit, short, long, repeats=None):
     """(ms per step, seconds of the first fit) from fit(n) callables on one warm model."""
     start = time.perf_counter()
     fit(short)
     first = time.perf_counter() - start
     times = {}
-    for n in (short, long) * repeats:
+    for n in (short, long) * (repeats or REPEATS):
         start = time.perf_counter()
         fit(n)
         times[n] = min(times.get(n, 1e9), time.perf_counter() - start)
@@ -469,8 +472,15 @@ def main():
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--worker-timeout", type=float, default=900,
                    help="seconds one row may take")
+    p.add_argument("--steps", nargs=2, type=int, metavar=("SHORT", "LONG"),
+                   help="the two fits' steps (default: nano 10 70, mini 3 8)")
+    p.add_argument("--repeats", type=int, default=REPEATS, help="each fit's best of")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.steps:
+        for name, c in CONFIGS.items():
+            CONFIGS[name] = c[:-1] + (tuple(args.steps),)
+    globals()["REPEATS"] = args.repeats
     if args.worker:
         row, config = args.worker.split(":")
         print("RESULT", json.dumps(_run_row(row, config, not args.no_profile)), flush=True)
@@ -483,7 +493,7 @@ def main():
         layers, hidden, heads, vocab, batch, seq, preds, (short, long) = CONFIGS[config]
         print(f"\n{config}: {layers} layers, hidden {hidden}, vocab {vocab:,}, batch {batch} x "
               f"{seq}, {preds} predictions; a step = (fit({long}) - fit({short})) / "
-              f"{long - short}")
+              f"{long - short}, best of {args.repeats}")
         print(f"{'row':22s} {'ms/step':>8s} {'x HF':>6s} {'train_on_batch':>14s} "
               f"{'Python ms':>9s} {'syncs':>5s} {'breaks':>6s} {'first fit s':>11s}")
         hf = None
@@ -491,8 +501,10 @@ def main():
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
             if row.startswith("kbert/"):
                 env["KERAS_BACKEND"] = row.split("/")[1].removesuffix("-compiled")
-            command = [sys.executable, __file__, "--worker", f"{row}:{config}"] + (
-                ["--no-profile"] if args.no_profile else [])
+            command = [sys.executable, __file__, "--worker", f"{row}:{config}",
+                       "--repeats", str(args.repeats)] + (
+                ["--no-profile"] if args.no_profile else []) + (
+                ["--steps", *map(str, args.steps)] if args.steps else [])
             try:
                 done = subprocess.run(command, env=env, capture_output=True, text=True,
                                       timeout=args.worker_timeout)
