@@ -131,6 +131,22 @@ def check_output_dir(path: str, kind: str, overwrite: bool = False,
                        "directory)")
 
 
+def add_log_dir(p: argparse.ArgumentParser) -> None:
+    """--log-dir: TensorBoard logs of a training command."""
+    p.add_argument("--log-dir", help="TensorBoard log directory (default: none, no logs)")
+
+
+def check_log_dir(log_dir: str | None, output: str) -> None:
+    """A --log-dir outside --output: a folder inside the checkpoint would not be kbert's (the
+    checkpoint could not be replaced whole)."""
+    if log_dir is None:
+        return
+    log, out = os.path.realpath(log_dir), os.path.realpath(output)
+    if log == out or log.startswith(out.rstrip(os.sep) + os.sep):
+        raise CliError(f"--log-dir {log_dir} is inside --output {output}; choose a directory "
+                       "outside the checkpoint")
+
+
 def check_output_file(path: str, overwrite: bool = False) -> None:
     """An --output that names a file to write: refused up front if it cannot be one, or if it
     exists and --overwrite is not given."""

@@ -8,8 +8,10 @@ import argparse
 from kbert.cli import retrieval
 from kbert.cli.common import (
     CliError,
+    add_log_dir,
     add_mixed_precision,
     add_overwrite,
+    check_log_dir,
     check_output_dir,
     examples,
     positive_int,
@@ -86,6 +88,7 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"),
                    help="dtype of the written weights")
     add_mixed_precision(p, default="float32")
+    add_log_dir(p)
     add_columns(p)
     retrieval.add_retrieval_training(p)
     p.set_defaults(func=run_finetune)
@@ -96,6 +99,7 @@ def run_finetune(args: argparse.Namespace) -> None:
 
     mixed_precision_policy(args.mixed_precision)      # a bad name: one line, before any work
     check_output_dir(args.output, "checkpoint", args.overwrite)
+    check_log_dir(args.log_dir, args.output)
     if args.task in retrieval.TRAINING_TASKS:
         return retrieval.run_retrieval_training(args)
     if args.dev is None:
@@ -111,7 +115,7 @@ def run_finetune(args: argparse.Namespace) -> None:
         jit_compile={"auto": "auto", "on": True, "off": False}[args.jit_compile],
         save_dtype=args.save_dtype, max_train_examples=args.max_train_examples,
         bucketing=args.bucketing, task_options=task_options(args),
-        mixed_precision=args.mixed_precision, overwrite=args.overwrite)
+        mixed_precision=args.mixed_precision, overwrite=args.overwrite, log_dir=args.log_dir)
     print(f"wrote {result.output}: best epoch {result.best_epoch} of {args.epochs} "
           f"({result.train_examples} training examples, {result.precision}, "
           f"{result.wall_seconds:.0f}s)")

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from kbert.cli.common import add_mixed_precision, add_overwrite, check_output_dir, examples
+from kbert.cli.common import (
+    add_log_dir,
+    add_mixed_precision,
+    add_overwrite,
+    check_log_dir,
+    check_output_dir,
+    examples,
+)
 
 
 def add_pretrain(sub: argparse._SubParsersAction) -> None:
@@ -73,7 +80,7 @@ def add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--shuffle-buffer", type=int, default=10000,
                    help="examples shuffled together (records of the shards, or --text rows)")
-    p.add_argument("--log-dir", help="TensorBoard log directory (default: none, no logs)")
+    add_log_dir(p)
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"),
                    help="dtype of the written weights")
     p.set_defaults(func=run_pretrain)
@@ -82,6 +89,7 @@ def add_pretrain(sub: argparse._SubParsersAction) -> None:
 def run_pretrain(args: argparse.Namespace) -> None:
     from kbert import training
     check_output_dir(args.output, "checkpoint", args.overwrite)
+    check_log_dir(args.log_dir, args.output)
     jit_modes: dict[str, str | bool] = {"auto": "auto", "on": True, "off": False}
     jit = jit_modes[args.jit_compile]
     result = training.pretrain(

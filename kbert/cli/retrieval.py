@@ -139,8 +139,8 @@ def run_retrieval_training(args: argparse.Namespace) -> None:
                   max_seq_length=args.max_seq_length, seed=args.seed,
                   mine_negatives_count=args.mine_negatives or 0, mine_with=args.mine_with,
                   save_dtype=args.save_dtype, mixed_precision=args.mixed_precision,
-                  query_column=args.query_column, positive_column=args.positive_column,
-                  negative_column=args.negative_column)
+                  log_dir=args.log_dir, query_column=args.query_column,
+                  positive_column=args.positive_column, negative_column=args.negative_column)
     if args.task == "retrieve":
         result = training.train_retriever(args.init, args.train, args.output, args.dev,
                                           temperature=args.temperature, **common)

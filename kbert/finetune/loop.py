@@ -5,7 +5,8 @@ GLUE, a tagger on each word's first piece for CoNLL-2003, start/end logits for S
 shared choice scorer for SWAG), trains with the paper's recipe — AdamW (decay 0.01, not on
 LayerNorm or biases), 10% warmup then linear decay, batches of similar length padded only
 to their own longest row — scores the dev file with the task's official metric after each
-epoch, and keeps the best epoch as a checkpoint directory (written atomically).
+epoch, and keeps the best epoch as a checkpoint directory (written atomically), with the
+run's curves beside it (`history.json`, `curves.png`: `kbert.curves`).
 
 `evaluate` scores a fine-tuned checkpoint on a file: the dict `kbert evaluate` prints.
 The per-task reading, encoding and scoring lives in `kbert.finetune.tasks`.
@@ -27,7 +28,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import outputs
+from kbert import curves, outputs
 from kbert.finetune import batching
 from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.hardware import mixed_precision_policy
@@ -297,7 +298,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
              task_options: dict | None = None,
              encoded: Encoded | None = None,
              mixed_precision: str | None = None,
-             overwrite: bool = False) -> "FinetuneResult":
+             overwrite: bool = False, log_dir: str | os.PathLike | None = None,
+             ) -> "FinetuneResult":
     """Fine-tunes `init` on `train`, keeping the epoch with the best `dev` score in `output`.
 
     Args:
@@ -327,7 +329,11 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
             the head, its logits and the loss stay float32, the checkpoint is `save_dtype`.
         overwrite: replace a checkpoint already at `output` (refused otherwise, before any
             work; anything else there is always refused). `output` is locked for the run.
-    Returns a `FinetuneResult`.
+        log_dir: a TensorBoard log directory (`keras.callbacks.TensorBoard`: the loss, the
+            metrics, the learning rate and the dev scores of each epoch); default none.
+    Returns a `FinetuneResult`; `output` also gets the run's `history.json` and `curves.png`
+    (`kbert.curves`: the loss, Keras' metrics, the learning rate and the dev scores of each
+    epoch).
     """
     started = time.perf_counter()
     spec = get_task(task, **(task_options or {}))
@@ -382,10 +388,17 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
                                 model_card=card)
 
         keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
+        recorder = curves.Recorder("epoch")      # after the dev scores, before TensorBoard
+        callbacks = [keeper, recorder] + (
+            [keras.callbacks.TensorBoard(os.fspath(log_dir))] if log_dir else [])
         fit_started = time.perf_counter()
         with compilation.Compiles() as compiles:
-            model.fit(dataset, epochs=epochs, callbacks=[keeper], shuffle=False,
+            model.fit(dataset, epochs=epochs, callbacks=callbacks, shuffle=False,
                       verbose=2 if verbose is True else verbose)
+        files = {"init": init, "train": train or "(encoded)", "dev": dev or "(encoded)"}
+        curves.record(output, curves.document(
+            f"kbert finetune {spec.name}", "epoch", {**files, **settings}, recorder.points,
+            dev_metric=f"dev_{spec.metric}", best_epoch=keeper.best_epoch))
         if verbose and ladder:
             shapes = batching.batch_shapes(features, batch_size, PAD_TO_MULTIPLE)
             cached = f", {compiles.cached} read from the cache" if compiles.cached else ""

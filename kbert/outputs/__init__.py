@@ -2,7 +2,8 @@
 
     kinds.py    what a directory holds (the record, older outputs' manifests); `check`
     lock.py     the writers' lock (`flock` on a sibling that exists only while held)
-    output.py   `Output`: staging, modes, the record, the swap, recovery; `writing`, `claims`
+    output.py   `Output`: staging, modes, the record, the swap, recovery; `writing`, `claims`,
+                `amend` (files added to a finished output)
 
 An output is a directory (a checkpoint, an export, a SavedModel version, an index, pretraining
 data, experiment results) or one file (a vocabulary). Writing one follows the same four rules:
@@ -49,6 +50,7 @@ from kbert.outputs.kinds import (
 from kbert.outputs.lock import locked
 from kbert.outputs.output import (
     Output,
+    amend,
     apply_modes,
     claims,
     die_with_parent,
@@ -60,7 +62,7 @@ from kbert.outputs.output import (
     writing,
 )
 
-__all__ = ["KINDS", "MARKER", "Output", "OutputError", "apply_modes", "check", "check_file",
-           "claims",
+__all__ = ["KINDS", "MARKER", "Output", "OutputError", "amend", "apply_modes", "check",
+           "check_file", "claims",
            "die_with_parent", "foreign_entries", "kind_of", "locked", "own_files", "read_marker",
            "recover", "recover_missing", "umask", "write_json", "write_text", "writing"]

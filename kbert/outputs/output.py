@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
 from kbert.outputs.kinds import (
+    KINDS,
     MARKER,
     OutputError,
     check,
     foreign_entries,
     kind_of,
+    own_files,
     read_marker,
 )
 from kbert.outputs.lock import depth, locked, sibling
@@ -192,13 +194,21 @@ def _keep(source: str, target: str) -> None:
     if os.path.lexists(target):
         raise OutputError(f"{source} is not kbert's but has the name of a file kbert writes; "
                           f"move it out of the output")
-    if os.path.islink(source):
+    _link(source, target)
+
+
+def _link(source: str, target: str) -> None:
+    """`source` (a file, a link or a folder) also at `target`: hard links, copies where links
+    fail."""
+    if os.path.isdir(source) and not os.path.islink(source):
+        shutil.copytree(source, target, symlinks=True, copy_function=_link)
+    elif os.path.islink(source):
         os.symlink(os.readlink(source), target)
-        return
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+    else:
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
 
 
 def _swap(tmp: str, path: str) -> None:
@@ -261,6 +271,34 @@ def writing(path: str | os.PathLike, kind: str, overwrite: bool = True,
         tmp = out.staging()
         yield tmp
         out.commit(tmp)
+
+
+def amend(path: str | os.PathLike, kind: str, write: Callable[[str], None]) -> str:
+    """Adds files to the finished `kind` output at `path` (training curves beside a checkpoint):
+    `write(tmp)` writes them into a staging directory, which also gets the output's own files
+    (hard links, no copy of the weights), and is recorded and swapped in whole, as any new
+    version: a reader sees the output without the new files or with them, never half. A file
+    of the output with the name of a new one is replaced; the user's files are kept. Returns
+    the output's path.
+
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "out")
+    >>> with writing(path, "checkpoint") as tmp:
+    ...     write_text(os.path.join(tmp, "config.json"), "{}")
+    >>> _ = amend(path, "checkpoint", lambda tmp: write_text(os.path.join(tmp, "notes.md"), ""))
+    >>> read_marker(path)["files"]
+    ['config.json', 'notes.md']
+    """
+    with Output(path, kind, overwrite=True) as out:
+        if kind_of(out.path) != kind:
+            raise OutputError(f"{out.given} does not hold {KINDS[kind]} to add files to")
+        tmp = out.staging()
+        write(tmp)
+        for name in sorted(own_files(out.path) - {MARKER} - set(os.listdir(tmp))):
+            if os.path.lexists(os.path.join(out.path, name)):
+                _link(os.path.join(out.path, name), os.path.join(tmp, name))
+        return out.commit(tmp)
+
 
 # --- writers' child processes -------------------------------------------------------------------
 def die_with_parent() -> None:

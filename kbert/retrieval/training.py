@@ -10,7 +10,8 @@
 
 Both keep the epoch with the best dev MRR@10 (recall@k, MRR@10, nDCG@10 on the dev pairs: a
 retriever searches all the dev passages, a reranker reorders BM25's top candidates) and write
-the checkpoint atomically; without a dev file, the last epoch.
+the checkpoint atomically; without a dev file, the last epoch. The run's curves go beside it
+(`history.json`, `curves.png`: `kbert.curves`).
 """
 
 from __future__ import annotations
@@ -239,18 +240,46 @@ class TrainResult:
     train_seconds: float
 
 
+def _dev_scores(evaluate: Any) -> Any:
+    """A callback that scores the dev set with `evaluate(model)` at each epoch's end, adding
+    the scores to the logs as `dev_*` (the curve, TensorBoard); `.scores` holds the last,
+    `.seconds` the time they took."""
+    import keras
+
+    class DevScores(keras.callbacks.Callback):
+        scores: dict = {}
+        seconds = 0.0
+
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            start = time.perf_counter()
+            self.scores = evaluate(self.model) if evaluate else {}
+            self.seconds = time.perf_counter() - start
+            if logs is not None:
+                logs.update({f"dev_{k}": v for k, v in self.scores.items()})
+    return DevScores()
+
+
 def _keep_best(model: Any, evaluate: Any, save: Any, epochs: int, fit: Any,
-               verbose: bool) -> tuple[int, dict, list, float]:
-    """Runs `fit(epoch)` per epoch, scores with `evaluate(model)` and saves the best."""
+               verbose: bool, log_dir: str | os.PathLike | None = None,
+               ) -> tuple[int, dict, list, float, list]:
+    """Runs `fit(epoch, callbacks)` per epoch, scoring with `evaluate(model)` at its end, and
+    saves the best. Returns the best epoch, its scores, the history, the training seconds and
+    the curve's points (`kbert.curves.Recorder`)."""
+    import keras
+
+    from kbert import curves  # Keras, on use
+    scorer, recorder = _dev_scores(evaluate), curves.Recorder("epoch")
+    callbacks = [scorer, recorder] + (
+        [keras.callbacks.TensorBoard(os.fspath(log_dir))] if log_dir else [])
     best: tuple[int, dict] = (0, {})
     history: list = []
     seconds = 0.0
     for epoch in range(1, epochs + 1):
         start = time.perf_counter()
-        logs = fit(epoch)
-        spent = time.perf_counter() - start
+        logs = fit(epoch, callbacks)
+        scores = scorer.scores
+        spent = time.perf_counter() - start - scorer.seconds
         seconds += spent
-        scores = evaluate(model) if evaluate else {}
         history.append({"epoch": epoch, "loss": round(float(logs["loss"][-1]), 4),
                         "seconds": round(spent, 1), **scores})
         improved = not scores or not best[1] or scores[MAIN_METRIC] > best[1][MAIN_METRIC]
@@ -262,7 +291,16 @@ def _keep_best(model: Any, evaluate: Any, save: Any, epochs: int, fit: Any,
             print(f"epoch {epoch}/{epochs}: loss {history[-1]['loss']:.4f}, {spent:.0f}s"
                   f"{', dev ' + shown if shown else ''}{' (best, saved)' if improved else ''}",
                   flush=True)
-    return best[0], best[1], history, seconds
+    return best[0], best[1], history, seconds, recorder.points
+
+
+def _record(kind: str, output: str, settings: dict, points: list, best_epoch: int,
+            has_dev: bool) -> None:
+    """The run's history.json and curves.png beside its checkpoint (`kbert.curves`)."""
+    from kbert import curves  # Keras, on use
+    curves.record(output, curves.document(
+        f"kbert finetune {kind}", "epoch", settings, points,
+        dev_metric=f"dev_{MAIN_METRIC}" if has_dev else None, best_epoch=best_epoch))
 
 
 def _card(kind: str, init: str, train: str | None, dev: str | None, settings: dict,
@@ -283,10 +321,12 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
                     temperature: float = 0.05, mine_negatives_count: int = 0,
                     mine_with: str = "bm25", seed: int = 0, verbose: bool = True,
                     save_dtype: str = "float32", mixed_precision: str | None = None,
-                    overwrite: bool = False, **columns: Any) -> TrainResult:
+                    overwrite: bool = False, log_dir: str | os.PathLike | None = None,
+                    **columns: Any) -> TrainResult:
     """Fine-tunes `init`'s encoder as a bi-encoder on `train` (a file for `read_pairs`, with
     `columns`: query_column, positive_column, negative_column) and writes the best epoch's
-    sentence encoder to `output`.
+    sentence encoder to `output`, with the run's `history.json` and `curves.png`
+    (`kbert.curves`) beside it.
 
     mine_negatives_count: add this many hard negatives per row, mined from the training
     passages by `mine_with` ("bm25", or "encoder": the initial encoder).
@@ -295,6 +335,7 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
     anything else there always is); `output` is locked for the run (`kbert.outputs`).
     mixed_precision: as `kbert finetune --mixed-precision` (`kbert.hardware.
     mixed_precision_policy`: "auto", "float32", "mixed_bfloat16", "mixed_float16").
+    log_dir: a TensorBoard log directory (`keras.callbacks.TensorBoard`); default none.
     """
     import keras
 
@@ -322,16 +363,18 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
                     temperature=temperature, negatives=len(pairs.negatives[0])
                     if pairs.negatives else 0, seed=seed, precision=policy or "float32")
 
-    def fit(epoch: int) -> dict:
+    def fit(epoch: int, callbacks: list) -> dict:
         return encoder.fit(x=x, batch_size=batch_size, epochs=epoch, initial_epoch=epoch - 1,
-                           verbose=2 if verbose else 0).history
+                           callbacks=callbacks, verbose=2 if verbose else 0).history
 
     def save(history: list) -> None:
         encoder.save_checkpoint(output, dtype=save_dtype, model_card=_card(
             "retriever", init, _name(train), _name(dev), settings, history))
 
-    best_epoch, best, history, seconds = _keep_best(
-        encoder, _scorer(retriever_rankings, dev_data), save, epochs, fit, verbose)
+    best_epoch, best, history, seconds, points = _keep_best(
+        encoder, _scorer(retriever_rankings, dev_data), save, epochs, fit, verbose, log_dir)
+    _record("retrieve", output, _run_settings(init, train, dev, settings), points, best_epoch,
+            dev_data is not None)
     return TrainResult(os.path.abspath(output), best_epoch, best, history, len(pairs), seconds)
 
 
@@ -342,12 +385,14 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
                    mine_negatives_count: int = 0, mine_with: str = "bm25",
                    candidates: int = 20, seed: int = 0, verbose: bool = True,
                    save_dtype: str = "float32", mixed_precision: str | None = None,
-                   overwrite: bool = False, **columns: Any) -> TrainResult:
+                   overwrite: bool = False, log_dir: str | os.PathLike | None = None,
+                   **columns: Any) -> TrainResult:
     """Fine-tunes `init` as a cross-encoder on (query, positive) pairs labelled relevant and
     (query, negative) pairs labelled irrelevant; the negatives come from the file's negative
     column and/or are mined (`mine_negatives_count`, by BM25 or — `mine_with="encoder"` —
     by `init`'s encoder as a bi-encoder). Dev: BM25's top `candidates` reordered.
-    save_dtype, mixed_precision, overwrite: as `train_retriever`'s."""
+    save_dtype, mixed_precision, overwrite, log_dir: as `train_retriever`'s (history.json and
+    curves.png too)."""
     import keras
 
     from kbert.models import BertBiEncoder, BertReranker
@@ -375,18 +420,20 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
                     warmup=warmup, max_seq_length=reranker.preprocessor.max_seq_length,
                     negatives=len(pairs.negatives[0]), seed=seed, precision=policy or "float32")
 
-    def fit(epoch: int) -> dict:
+    def fit(epoch: int, callbacks: list) -> dict:
         return reranker.fit(x=(queries, passages), y=labels, batch_size=batch_size,
-                            epochs=epoch, initial_epoch=epoch - 1,
+                            epochs=epoch, initial_epoch=epoch - 1, callbacks=callbacks,
                             verbose=2 if verbose else 0).history
 
     def save(history: list) -> None:
         reranker.save_checkpoint(output, dtype=save_dtype, model_card=_card(
             "reranker", init, _name(train), _name(dev), settings, history))
 
-    best_epoch, best, history, seconds = _keep_best(
+    best_epoch, best, history, seconds, points = _keep_best(
         reranker, _scorer(lambda m, d: reranker_rankings(m, d, candidates), dev_data), save,
-        epochs, fit, verbose)
+        epochs, fit, verbose, log_dir)
+    _record("rerank", output, _run_settings(init, train, dev, settings), points, best_epoch,
+            dev_data is not None)
     return TrainResult(os.path.abspath(output), best_epoch, best, history, len(labels),
                        seconds)
 
@@ -425,6 +472,12 @@ def _scorer(rankings: Any, data: RetrievalData | None) -> Any:
     if data is None:
         return None
     return lambda model: score(rankings(model, data), data.relevant)
+
+
+def _run_settings(init: str, train: str | Pairs, dev: str | Pairs | None,
+                  settings: dict) -> dict:
+    """history.json's settings: the files, then the model card's settings."""
+    return {"init": init, "train": _name(train), "dev": _name(dev), **settings}
 
 
 def _name(source: str | Pairs | None) -> str | None:

@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
+from kbert import curves
 from kbert.config import BertConfig
 from kbert.hardware import mixed_precision_policy
 from kbert.optimization import batches_seen, create_optimizer
@@ -53,6 +54,9 @@ def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | N
         max_seconds: stop (and save) after this wall time.
         mixed_precision: as `pretrain`'s (`kbert.hardware.mixed_precision_policy`: "auto",
             "float32", "mixed_bfloat16", "mixed_float16").
+
+    `output` also gets the run's `history.json` and `curves.png` (`kbert.curves`): a point per
+    `log_every` updates.
     """
     from kbert.data import arrays as arrays_lib
     started = time.perf_counter()
@@ -80,12 +84,20 @@ def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | N
             if max_seconds and time.perf_counter() - started > max_seconds:
                 self.model.stop_training = True
 
+    recorder = curves.Recorder("step")
     history = model.fit(feed, epochs=math.ceil(steps / log_every), shuffle=False,
                         callbacks=[TrainingMetrics(batch_size), StopAfter(steps), Deadline(),
-                                   Progress(steps)],
+                                   recorder, Progress(steps)],
                         verbose=verbose)
     done = batches_seen(model.optimizer)
     if output:
         checkpoint_lib.save(output, model, vocab=vocab, do_lower_case=lower, dtype=save_dtype)
+        settings = dict(init=init, objective=objective, batch_size=batch_size, steps=steps,
+                        warmup_steps=warmup, learning_rate=learning_rate,
+                        weight_decay=weight_decay, dynamic_masking=dynamic_masking,
+                        log_every=log_every, seed=seed, precision=policy or "float32",
+                        config=model.config.to_dict())
+        curves.record(output, curves.document("pretrain_arrays", "step", settings,
+                                              recorder.points))
     return PretrainResult(model, done, history.history, interrupted=done < steps,
                           output=output, wall_seconds=time.perf_counter() - started)

@@ -3,7 +3,8 @@
 `pretrain` is the whole recipe (paper, section 3.1 and appendix A.2): MLM + NSP on the original
 BERT TFRecords, AdamW with warmup and linear decay (`kbert.optimization`), checkpoints
 every N steps and on SIGTERM/SIGINT, a resumable data stream, TensorBoard logs, and a kbert
-checkpoint directory at the end.
+checkpoint directory at the end, with the run's curves beside it (`history.json`,
+`curves.png`: `kbert.curves`).
 
 Example (the same thing with plain Keras, as a user script would write it):
 >>> import keras, kbert                                                          # doctest: +SKIP
@@ -27,7 +28,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import outputs
+from kbert import curves, outputs
 from kbert.config import BertConfig
 from kbert.optimization import batches_seen, create_optimizer
 from kbert.training.callbacks import (
@@ -119,6 +120,11 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
             the text batches (see docs/pretraining.md).
         overwrite: replace a checkpoint already at `output` (refused otherwise, before any
             work; anything else there always is). The chief locks `output` for the run.
+        log_dir: a TensorBoard log directory (`keras.callbacks.TensorBoard`); default none.
+
+    `output` also gets the run's `history.json` and `curves.png` (`kbert.curves`): a point
+    per `checkpoint_every` updates, with the losses and metrics averaged over them and the
+    learning rate (a resumed run's points start where it resumed).
 
     The steps, each a function below: `validate_settings` → `select_distribution` →
     `build_model_and_optimizer` → `make_phases` → `make_callbacks` → `fit_phases` →
@@ -155,6 +161,12 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
         if not backup.interrupted and output is not None:
             result.output = save_checkpoint(model, vocab, do_lower_case, settings, dist,
                                             save_dtype, model_card)
+            if dist.is_chief:
+                recorder = [c for c in all_callbacks if isinstance(c, curves.Recorder)][-1]
+                curves.record(output, curves.document(
+                    "kbert pretrain", "step",
+                    {**settings.resume_key(model.config, vocab),
+                     "checkpoint_every": settings.checkpoint_every}, recorder.points))
             backup.delete()                         # finished: nothing to resume any more
         result.wall_seconds = time.perf_counter() - started
         return result
@@ -241,9 +253,10 @@ def make_callbacks(settings: Settings, backup: Backup, log_dir: str | None = Non
                    ) -> tuple[StopAfter, list[keras.callbacks.Callback]]:
     """(the `StopAfter` that ends each phase, every callback of the run in order). The
     progress line (`Progress`) counts the run's updates, not `fit`'s epochs (a backup interval
-    each, see `fit_phases`)."""
+    each, see `fit_phases`); so does the curve (`kbert.curves.Recorder`)."""
     stop = StopAfter(0)
-    callbacks = [TrainingMetrics(settings.batch_size), stop, backup, *extra]
+    callbacks = [TrainingMetrics(settings.batch_size), stop, backup, *extra,
+                 curves.Recorder("step", settings.accumulate)]
     if log_dir:
         callbacks.append(keras.callbacks.TensorBoard(
             log_dir, update_freq=max(1, settings.checkpoint_every // 10)))

@@ -11,7 +11,7 @@ from keras import ops
 
 import kbert
 from helpers import tiny_vocab
-from kbert import checkpoint, cli, finetune
+from kbert import checkpoint, cli, finetune, outputs
 from kbert.finetune.tasks import get_task
 from kbert.tokenizer import Tokenizer
 
@@ -161,6 +161,32 @@ def test_best_checkpoint_is_the_best_epoch(keyword_model, keyword_files):
                                     if h["accuracy"] == best["accuracy"])
     card = open(os.path.join(out, "MODEL_CARD.md")).read()
     assert f"epoch {result.best_epoch}: " in card
+
+
+@pytest.mark.multibackend
+def test_history_json_and_curves_png_are_written_beside_the_checkpoint(keyword_model):
+    """history.json holds each epoch's loss, Keras' metrics, the learning rate and the dev
+    scores, as the returned history has them; curves.png is a PNG; both are the checkpoint's
+    own files (recorded), and the checkpoint loads."""
+    out, result = keyword_model
+    doc = json.load(open(os.path.join(out, "history.json")))
+    assert (doc["command"], doc["unit"], doc["dev_metric"]) == (
+        "kbert finetune sst2", "epoch", "dev_accuracy")
+    assert doc["best_epoch"] == result.best_epoch
+    assert doc["settings"]["epochs"] == 5 and doc["settings"]["learning_rate"] == 1e-3
+    points = doc["points"]
+    assert [p["epoch"] for p in points] == [h["epoch"] for h in result.history]
+    for point, h in zip(points, result.history):
+        assert point["loss"] == pytest.approx(h["loss"])
+        assert point["dev_accuracy"] == pytest.approx(h["accuracy"])   # the dev score
+        assert 0.0 <= point["accuracy"] <= 1.0                         # Keras' training metric
+    rates = [p["learning_rate"] for p in points]
+    assert rates == sorted(rates, reverse=True) and rates[-1] < 1e-4 < rates[0] <= 1e-3
+    with open(os.path.join(out, "curves.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert {"history.json", "curves.png"} <= set(outputs.read_marker(out)["files"])
+    assert outputs.foreign_entries(out) == []
+    assert set(kbert.load(out).classify("the good dog")) == {"0", "1"}
 
 
 @pytest.mark.multibackend
@@ -319,8 +345,20 @@ def test_finetune_cli_ends_with_the_best_scores(tiny_init, keyword_files, tmp_pa
     out = str(tmp_path / "cli")
     rc = _cli("finetune", "sst2", "--init", tiny_init, "--train", keyword_files[0], "--dev",
               keyword_files[1], "--output", out, "--epochs", "1", "--batch-size", "16",
-              "--max-seq-length", "32", "--jit-compile", "off", "--no-bucketing")
+              "--max-seq-length", "32", "--jit-compile", "off", "--no-bucketing",
+              "--log-dir", str(tmp_path / "tb"))
     lines = capsys.readouterr().out.strip().splitlines()
     assert rc == 0 and set(json.loads(lines[-1])) == {"accuracy"}
     assert json.load(open(os.path.join(out, "config.json")))["heads"]["classifier"]
     assert "bucketing False" in open(os.path.join(out, "MODEL_CARD.md")).read()
+    events = list((tmp_path / "tb").rglob("events.out.tfevents.*"))   # --log-dir: TensorBoard
+    assert events and all(e.stat().st_size > 0 for e in events)
+    points = json.load(open(os.path.join(out, "history.json")))["points"]
+    assert [p["epoch"] for p in points] == [1] and "dev_accuracy" in points[0]
+
+    # TensorBoard's folder inside the checkpoint would be a folder not kbert's: refused
+    rc = _cli("finetune", "sst2", "--init", tiny_init, "--train", keyword_files[0], "--dev",
+              keyword_files[1], "--output", out, "--overwrite", "--log-dir",
+              os.path.join(out, "tb"))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "is inside --output" in err, err

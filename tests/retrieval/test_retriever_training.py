@@ -184,10 +184,18 @@ def test_finetune_retrieve_and_rerank_from_the_command_line(tiny, tmp_path, caps
     assert set(scores) == {"recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10"}
     assert "sentence_embedding" in json.loads((out / "config.json").read_text())
     assert "Per epoch" in (out / "MODEL_CARD.md").read_text()
+    doc = json.loads((out / "history.json").read_text())       # the curves, dev scores in them
+    assert (doc["command"], doc["dev_metric"]) == ("kbert finetune retrieve", "dev_mrr@10")
+    assert [p["epoch"] for p in doc["points"]] == [1, 2]
+    assert doc["points"][doc["best_epoch"] - 1]["dev_mrr@10"] == pytest.approx(scores["mrr@10"])
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert cli.main(["finetune", "rerank", "--init", tiny["nsp"], "--train", train,
                      "--output", str(tmp_path / "rr"), "--batch-size", "4",
                      "--mine-negatives", "2", "--save-dtype", "float16"]) == 0
     assert "best epoch 1 of 1 (24 training rows" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "rr" / "history.json").read_text())    # no dev file
+    assert doc["dev_metric"] is None and "learning_rate" in doc["points"][0]
+    assert not [k for k in doc["points"][0] if k.startswith("dev_")]
     from safetensors import safe_open
     with safe_open(str(tmp_path / "rr" / "model.safetensors"), "np") as f:
         assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"float16"}

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from helpers import tiny_vocab, write_vocab
 
@@ -63,6 +64,10 @@ def test_prepare_then_train_writes_a_checkpoint_that_learns(tmp_path):
     from kbert import checkpoint
     ckpt = checkpoint.load(str(tmp_path / "ckpt"))
     assert sorted(ckpt.heads) == ["mlm", "nsp"] and ckpt.vocab == tiny_vocab()
+    doc = json.load(open(tmp_path / "ckpt" / "history.json"))      # a point per --log-every
+    assert doc["unit"] == "step" and [p["step"] for p in doc["points"]] == [20, 40]
+    assert [p["mlm_logits_loss"] for p in doc["points"]] == pytest.approx(losses, abs=1e-4)
+    assert (tmp_path / "ckpt" / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
     # a corpus tokenized with another vocabulary than the checkpoint's: one clear line
     shipped = os.path.join(ROOT, "saved_models", "minilm-l6-mlm-nsp")

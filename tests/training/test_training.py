@@ -405,6 +405,35 @@ def test_two_phases_with_dynamic_masking_lamb_accumulation_and_bfloat16(tmp_path
     assert all(np.isfinite(result.history["loss"]))
     ckpt = kbert.load(result.output)
     assert len(ckpt.fill_mask("the [MASK] sat on the mat", top_k=2)[0]) == 2
+    # a point per backup interval and at each phase's end, at the updates done (2 batches each)
+    points = json.load(open(os.path.join(result.output, "history.json")))["points"]
+    assert [p["step"] for p in points] == [2, 3, 5]
+
+
+def test_history_json_and_curves_png_are_written_beside_the_checkpoint(tmp_path):
+    """history.json: a point per `checkpoint_every` updates (and the last), holding what the
+    returned history holds (losses, metrics, the learning rate); curves.png: a PNG; both
+    recorded as the checkpoint's files."""
+    import kbert
+    from kbert import outputs, training
+    data, vocab, config = _setup(tmp_path)
+    out = str(tmp_path / "ckpt")
+    result = training.pretrain(data, out, config=config, vocab=vocab, batch_size=8, steps=5,
+                               warmup_steps=1, learning_rate=1e-3, checkpoint_every=2,
+                               jit_compile=False, verbose=0, seed=0, shuffle_buffer=16)
+    doc = json.load(open(os.path.join(out, "history.json")))
+    assert (doc["command"], doc["unit"], doc["dev_metric"]) == ("kbert pretrain", "step", None)
+    assert doc["settings"]["batch_size"] == 8 and doc["settings"]["checkpoint_every"] == 2
+    assert [p["step"] for p in doc["points"]] == [2, 4, 5]
+    assert {"loss", "learning_rate"} <= set(result.history)
+    for key, values in result.history.items():
+        assert [p[key] for p in doc["points"]] == pytest.approx(values), key
+    assert doc["points"][-1]["learning_rate"] == pytest.approx(0.0, abs=1e-9)  # decayed to 0
+    with open(os.path.join(out, "curves.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert {"history.json", "curves.png"} <= set(outputs.read_marker(out)["files"])
+    assert outputs.foreign_entries(out) == [] and outputs.kind_of(out) == "checkpoint"
+    assert len(kbert.load(out).fill_mask("the [MASK] sat", top_k=2)[0]) == 2
 
 
 def _progress_lines(out):
