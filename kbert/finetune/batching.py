@@ -140,12 +140,16 @@ def take(features: Features, index: np.ndarray, multiple: int = 1,
     width)."""
     lengths = sequence_lengths(features) if lengths is None else lengths
     full = np.shape(features[SEQUENCE_KEYS_OF])[-1]
-    longest = int(lengths[index].max())
-    width = min(-(-longest // multiple) * multiple, full)
-    if ladder:
-        width = next(w for w in width_ladder(full, multiple) if w >= width)
+    width = batch_width(int(lengths[index].max()), full, multiple, ladder)
     return {k: (np.asarray(v)[index][..., :width] if _is_sequence(features, k)
                 else np.asarray(v)[index]) for k, v in features.items()}
+
+
+def batch_width(longest: int, full: int, multiple: int = 1, ladder: bool = False) -> int:
+    """The width a batch whose longest row is `longest` tokens is cut to: rounded up to
+    `multiple`, or with `ladder` to the next of `width_ladder`'s widths; at most `full`."""
+    width = min(-(-longest // multiple) * multiple, full)
+    return next(w for w in width_ladder(full, multiple) if w >= width) if ladder else width
 
 
 def width_ladder(full: int, multiple: int = 16, count: int = LADDER_WIDTHS) -> list[int]:
@@ -182,10 +186,7 @@ def batch_shapes(features: Features, batch_size: int, multiple: int = 16,
     full = np.shape(features[SEQUENCE_KEYS_OF])[-1]
     shapes = set()
     for index in length_batches(lengths, batch_size):
-        width = min(-(-int(lengths[index].max()) // multiple) * multiple, full)
-        if ladder:
-            width = next(w for w in width_ladder(full, multiple) if w >= width)
-        shapes.add((len(index), width))
+        shapes.add((len(index), batch_width(int(lengths[index].max()), full, multiple, ladder)))
     return shapes
 
 

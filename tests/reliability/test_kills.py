@@ -15,12 +15,11 @@ import subprocess
 import sys
 import time
 
-import keras
 import pytest
 
 import kbert
-from helpers import PASSAGES, tiny_vocab
-from kbert import BertConfig, checkpoint, cli, outputs
+from helpers import PASSAGES, save_tiny_encoder, tiny_vocab
+from kbert import cli, outputs
 
 VOCAB = tiny_vocab(size=120)
 MOMENTS = ("loading", "written", "swapping")
@@ -45,12 +44,7 @@ sys.exit(cli.main(argv))
 
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory):
-    keras.utils.set_random_seed(0)
-    path = tmp_path_factory.mktemp("enc") / "tiny-encoder"
-    checkpoint.save(path, kbert.BertBackbone(BertConfig.preset("tiny", vocab_size=len(VOCAB))),
-                    vocab=VOCAB, embedding={"pooling": "mean", "normalize": True,
-                                            "max_seq_length": 16})
-    return str(path)
+    return save_tiny_encoder(tmp_path_factory.mktemp("enc") / "tiny-encoder", VOCAB)
 
 
 def _staging(out):

@@ -135,6 +135,29 @@ def test_outputs_follow_the_umask(tmp_path, umask):
     assert outputs.umask() == old
 
 
+def test_amending_adds_files_with_the_users_modes_and_keeps_the_users_files(tmp_path):
+    """`outputs.amend` (training curves beside a finished checkpoint): a new version swapped in
+    whole, the checkpoint's files linked (not copied), a user's file kept, new files readable
+    by others under umask 022."""
+    out = _write(tmp_path / "out", files=("config.json", "model.safetensors"))
+    (out / "notes.txt").write_text("mine")
+    weights = os.stat(out / "model.safetensors").st_ino
+    old = os.umask(0o022)
+    try:
+        outputs.amend(out, "checkpoint",
+                      lambda tmp: outputs.write_text(os.path.join(tmp, "history.json"), "{}"))
+    finally:
+        os.umask(old)
+    assert sorted(os.listdir(out)) == [".kbert-output.json", "config.json", "history.json",
+                                       "model.safetensors", "notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
+    assert os.stat(out / "model.safetensors").st_ino == weights
+    assert stat.S_IMODE(os.stat(out / "history.json").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o755
+    assert "history.json" in json.loads((out / ".kbert-output.json").read_text())["files"]
+    assert not [e for e in os.listdir(tmp_path) if e.startswith(".out.")]
+
+
 # --- the lock ----------------------------------------------------------------------------------
 _HOLD = textwrap.dedent("""
     import sys, time
