@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from kbert import progress  # noqa: E402
 from kbert.cli import (  # noqa: E402  (after the environment TensorFlow reads)
     app,
     convert,
@@ -72,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():       # `kbert COMMAND ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help=argparse.SUPPRESS)
+        command.add_argument("--quiet", action="store_true",
+                             help="no progress (count, rate, time left) on stderr")
     return parser
 
 
@@ -120,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (as argparse does for bad arguments); the traceback only with --debug or KBERT_DEBUG=1."""
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("KBERT_DEBUG", "") not in ("", "0")
+    progress.show(not getattr(args, "quiet", False))
     if os.environ.get("KERAS_BACKEND") == "jax":        # a second run compiles nothing
         from kbert.models.compilation import enable_persistent_cache
         enable_persistent_cache()
@@ -136,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"kbert {args.command}: error: {error_line(e)}", file=sys.stderr)
         return 2
+    finally:
+        progress.show(None)
     return 0
 
 

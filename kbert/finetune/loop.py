@@ -28,7 +28,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import curves, outputs
+from kbert import curves, outputs, progress
 from kbert.finetune import batching
 from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.hardware import mixed_precision_policy
@@ -56,9 +56,9 @@ def _compiles_per_shape(jit_compile: str | bool) -> bool:
 
 
 def predict(model: keras.Model, features: dict[str, np.ndarray], batch_size: int = 64,
-            sequence_output: bool = False,
-            multiple: int = PAD_TO_MULTIPLE) -> np.ndarray | dict[str, np.ndarray]:
-    """Model outputs for every row of `features`, in the rows' order.
+            sequence_output: bool = False, multiple: int = PAD_TO_MULTIPLE,
+            desc: str = "predicting") -> np.ndarray | dict[str, np.ndarray]:
+    """Model outputs for every row of `features`, in the rows' order (a progress bar `desc`).
 
     Batches group similar lengths; per-token outputs (`sequence_output=True`) come back
     zero-padded to the features' full width. A dict output gives a dict of arrays.
@@ -66,8 +66,10 @@ def predict(model: keras.Model, features: dict[str, np.ndarray], batch_size: int
     inputs = {k: features[k] for k in INPUT_KEYS if k in features}
     n, full = len(inputs["input_ids"]), np.shape(inputs["input_ids"])[-1]
     results: dict = {}                 # output name (None: a bare array) → [N, ...]
+    shown = progress.bar(total=n, desc=desc, unit="example")
     for index, batch in batching.batches(inputs, batch_size, bucket=True, multiple=multiple):
         out = model.predict_on_batch(batch)
+        shown.update(len(index))
         for key, value in (out.items() if isinstance(out, dict) else [(None, out)]):
             value = np.asarray(value, dtype="float32")
             if key not in results:
@@ -77,6 +79,7 @@ def predict(model: keras.Model, features: dict[str, np.ndarray], batch_size: int
                 results[key][index, :value.shape[1]] = value
             else:
                 results[key][index] = value
+    shown.close()
     return results[None] if list(results) == [None] else results
 
 
@@ -103,8 +106,8 @@ def _load(model, dtype="float32"):
     return checkpoint_lib.load(model, dtype=dtype, head_dtype="float32")
 
 
-def _scores(spec, model, prepared, options, batch_size, tune=False):
-    outputs = predict(model, prepared.features, batch_size, spec.sequence_output)
+def _scores(spec, model, prepared, options, batch_size, tune=False, desc="scoring"):
+    outputs = predict(model, prepared.features, batch_size, spec.sequence_output, desc=desc)
     return spec.score(prepared, outputs, options, tune=tune)
 
 
@@ -271,8 +274,8 @@ class KeepBest(keras.callbacks.Callback):
             logs.update({f"dev_{k}": v for k, v in scores.items()})
         if self.verbose:
             shown = ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
-            print(f"epoch {epoch + 1}: loss {entry['loss']:.4f}, dev {shown}"
-                  f"{' (best, saved)' if improved else ''}", flush=True)
+            progress.echo(f"epoch {epoch + 1}: loss {entry['loss']:.4f}, dev {shown}"
+                          f"{' (best, saved)' if improved else ''}")
 
 
 def _model_card(task, init, train, dev, settings, history, metric):
@@ -375,7 +378,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
 
         def score(keras_model):
             scores, new_options = _scores(spec, keras_model, dev_set, options, eval_batch_size,
-                                          tune=tune_null_threshold)
+                                          tune=tune_null_threshold, desc="scoring dev")
             score.options = new_options
             return scores
 
@@ -390,11 +393,11 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
         keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
         recorder = curves.Recorder("epoch")      # after the dev scores, before TensorBoard
         callbacks = [keeper, recorder] + (
-            [keras.callbacks.TensorBoard(os.fspath(log_dir))] if log_dir else [])
+            [keras.callbacks.TensorBoard(os.fspath(log_dir))] if log_dir else []) + (
+            [progress.fit_callback("training")] if verbose else [])
         fit_started = time.perf_counter()
         with compilation.Compiles() as compiles:
-            model.fit(dataset, epochs=epochs, callbacks=callbacks, shuffle=False,
-                      verbose=2 if verbose is True else verbose)
+            model.fit(dataset, epochs=epochs, callbacks=callbacks, shuffle=False, verbose=0)
         files = {"init": init, "train": train or "(encoded)", "dev": dev or "(encoded)"}
         curves.record(output, curves.document(
             f"kbert finetune {spec.name}", "epoch", {**files, **settings}, recorder.points,

@@ -1,0 +1,158 @@
+"""Progress of long work on stderr: a count, a rate and the time left, drawn by tqdm.
+
+On a terminal a bar is redrawn in place. Elsewhere (a log file, a CI job, a pipe) each update is a
+line of its own, one at the start, one at least every 30 s while the work goes on and one at the
+end, so a log shows that a run is alive and how long it has left. The `kbert` command shows
+progress unless `--quiet` is given; in Python it shows on a terminal only, and `show(True)` or
+`show(False)` decides for the process.
+
+Example:
+>>> from kbert import progress
+>>> progress.show(False)
+>>> sum(1 for _ in progress.bar(range(3), desc="documents", unit="doc"))
+3
+>>> progress.show(None)                 # back to the default: on a terminal only
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from typing import IO, Any
+
+# tqdm is a dependency of TensorFlow's side (and of the data tools): light, no import of Keras
+from tqdm import tqdm
+
+LOG_INTERVAL = 30.0       # seconds between two lines where the bar cannot be redrawn
+_TERMINAL_INTERVAL = 0.2
+_LOG_FORMAT = ("{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%), {elapsed} elapsed, "
+               "{remaining} left, {rate_fmt}{postfix}")
+_LOG_FORMAT_OPEN = "{desc}: {n_fmt} {unit}, {elapsed} elapsed, {rate_fmt}{postfix}"
+
+_shown: bool | None = None
+
+
+def show(on: bool | None) -> None:
+    """Progress on (True) or off (False) for this process; None: on a terminal only."""
+    global _shown
+    _shown = on
+
+
+def shown() -> bool:
+    """Whether a bar made now is drawn."""
+    return _terminal(sys.stderr) if _shown is None else _shown
+
+
+def _terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Lines:
+    """tqdm's file where the bar cannot be redrawn: each refresh becomes a line of its own."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").strip()
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def bar(iterable: Iterable[Any] | None = None, *, total: float | None = None,
+        desc: str | None = None, unit: str = "it", initial: float = 0,
+        leave: bool = True, **kwargs: Any) -> tqdm:
+    """A tqdm bar on stderr: redrawn on a terminal, a line at least every `LOG_INTERVAL` s
+    elsewhere, none when progress is not shown. `total` gives the percentage and the time left
+    (`len(iterable)` where it has one); the other arguments are tqdm's."""
+    stream = sys.stderr
+    if total is None and iterable is not None and hasattr(iterable, "__len__"):
+        total = len(iterable)
+    if _terminal(stream):
+        options: dict[str, Any] = dict(file=stream, mininterval=_TERMINAL_INTERVAL,
+                                       dynamic_ncols=True)
+    else:
+        options = dict(file=_Lines(stream), mininterval=LOG_INTERVAL, maxinterval=LOG_INTERVAL,
+                       bar_format=_LOG_FORMAT if total else _LOG_FORMAT_OPEN)
+    options.update(kwargs)
+    return tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=leave,
+                disable=not shown(), **options)
+
+
+def echo(text: str, file: IO[str] | None = None) -> None:
+    """Prints a line (stdout by default) without breaking a bar that is being redrawn."""
+    tqdm.write(text, file=file or sys.stdout)
+
+
+def _scalars(logs: dict[str, Any] | None) -> dict[str, str]:
+    shown_logs = {}
+    for key, value in (logs or {}).items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        shown_logs[key] = f"{number:.4f}" if abs(number) >= 1e-3 or number == 0 else f"{number:.2e}"
+    return shown_logs
+
+
+_FIT_CALLBACK: type | None = None
+
+
+def fit_callback(desc: str = "train") -> Any:
+    """A Keras callback for `fit`: one bar over all of the run's batches (every epoch, so the
+    time left is the run's), with the logs (loss, metrics) beside it. Run `fit` with
+    `verbose=0` beside it."""
+    global _FIT_CALLBACK
+    if _FIT_CALLBACK is None:
+        import keras
+
+        class FitProgress(keras.callbacks.Callback):
+            def __init__(self, desc: str):
+                super().__init__()
+                self.desc = desc
+                self.bar: tqdm | None = None
+                self.epochs = 1
+                self._logged = 0.0
+
+            def on_train_begin(self, logs: dict | None = None) -> None:
+                self.epochs = int(self.params.get("epochs") or 1)
+                steps = self.params.get("steps")
+                self.bar = bar(total=steps * self.epochs if steps else None, desc=self.desc,
+                               unit="batch")
+
+            def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+                if self.bar is not None and self.epochs > 1:
+                    self.bar.set_description(f"{self.desc} (epoch {epoch + 1}/{self.epochs})",
+                                             refresh=False)
+
+            def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+                if self.bar is None:
+                    return
+                now = time.monotonic()
+                # the logs only as often as they are drawn: reading them waits for the step
+                if self.bar.disable is False and now - self._logged >= self.bar.mininterval:
+                    self.bar.set_postfix(_scalars(logs), refresh=False)
+                    self._logged = now
+                self.bar.update(1)
+
+            def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+                if self.bar is not None:
+                    self.bar.set_postfix(_scalars(logs), refresh=False)
+
+            def on_train_end(self, logs: dict | None = None) -> None:
+                if self.bar is not None:
+                    self.bar.close()
+                    self.bar = None
+
+        _FIT_CALLBACK = FitProgress
+    return _FIT_CALLBACK(desc)
+
+
+__all__ = ["LOG_INTERVAL", "bar", "echo", "fit_callback", "show", "shown"]
