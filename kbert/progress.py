@@ -41,10 +41,11 @@ def show(on: bool | None) -> None:
 
 def shown() -> bool:
     """Whether a bar made now is drawn."""
-    return _terminal(sys.stderr) if _shown is None else _shown
+    return terminal(sys.stderr) if _shown is None else _shown
 
 
-def _terminal(stream: IO[str]) -> bool:
+def terminal(stream: IO[str]) -> bool:
+    """Whether `stream` is a terminal (where a bar is redrawn in place)."""
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
@@ -75,7 +76,7 @@ def bar(iterable: Iterable[Any] | None = None, *, total: float | None = None,
     stream = sys.stderr
     if total is None and iterable is not None and hasattr(iterable, "__len__"):
         total = len(iterable)
-    if _terminal(stream):
+    if terminal(stream):
         options: dict[str, Any] = dict(file=stream, mininterval=_TERMINAL_INTERVAL,
                                        dynamic_ncols=True)
     else:
@@ -155,4 +156,4 @@ def fit_callback(desc: str = "train") -> Any:
     return _FIT_CALLBACK(desc)
 
 
-__all__ = ["LOG_INTERVAL", "bar", "echo", "fit_callback", "show", "shown"]
+__all__ = ["LOG_INTERVAL", "bar", "echo", "fit_callback", "show", "shown", "terminal"]

@@ -102,8 +102,8 @@ def run_pretrain(args: argparse.Namespace) -> None:
         checkpoint_every=args.checkpoint_every, accumulate=args.accumulate,
         dynamic_masking=args.dynamic_masking, phase_steps=args.phase_steps, seed=args.seed,
         strategy=args.strategy, tpu=args.tpu, log_dir=args.log_dir, save_dtype=args.save_dtype,
-        shuffle_buffer=args.shuffle_buffer, verbose=2, objective=args.objective,
-        overwrite=args.overwrite)
+        shuffle_buffer=args.shuffle_buffer, objective=args.objective, overwrite=args.overwrite,
+        verbose=0 if args.quiet else 1)
     if result.interrupted:
         raise KeyboardInterrupt
     print(f"wrote {result.output}: {result.steps} steps in {result.wall_seconds:.0f}s")

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import keras
 import numpy as np
 
+from kbert import progress
 from kbert.optimization import batches_seen, inner_optimizer
 
 
@@ -52,9 +53,11 @@ class TrainingMetrics(keras.callbacks.Callback):
 
 
 class Progress(keras.callbacks.ProgbarLogger):
-    """The progress line of a run: updates done of the run's `total_steps`, the time per update
-    measured on this process's updates, and the logs (`fit`'s `verbose`: 0 silent, 2 a line
-    at the end of each `fit` epoch, 1 that line redrawn after every update too).
+    """The progress line of a run: updates done of the run's `total_steps`, the time so far,
+    the time per update measured on this process's updates, the time left, and the logs
+    (`fit`'s `verbose`: 0 silent, 2 a line at the end of each `fit` epoch, 1 that line too
+    and, between them, redrawn after every update on a terminal or written as a line of its
+    own at least every `kbert.progress.LOG_INTERVAL` seconds elsewhere: a log file).
 
     In `fit`'s callbacks it replaces Keras' progress bar, which counts `fit`'s own steps and
     epochs: a run cut into epochs (one per backup interval, or one `fit` per phase) is not
@@ -72,6 +75,7 @@ class Progress(keras.callbacks.ProgbarLogger):
         self._drawn = 0.0
         self._open = False          # a redrawn line not ended yet
         self._width = 0
+        self._terminal = progress.terminal(sys.stdout)
 
     def set_params(self, params: dict) -> None:
         verbose = params.get("verbose", 1)
@@ -82,6 +86,7 @@ class Progress(keras.callbacks.ProgbarLogger):
         self._started = now if self._started is None else self._started
         self._begin = (now, batches_seen(self.model.optimizer))
         self._mark = None           # set after the first step (tracing or compiling)
+        self._drawn = now if not self._terminal else self._drawn
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         pass
@@ -90,14 +95,20 @@ class Progress(keras.callbacks.ProgbarLogger):
         now = time.perf_counter()
         if self._mark is None:
             self._mark = (now, batches_seen(self.model.optimizer))
-        if self.verbose == 1 and now - self._drawn >= 0.1:
+        if self.verbose != 1:
+            return
+        if self._terminal and now - self._drawn >= 0.1:
             self._write(self.line(logs), end="\r")
             self._drawn, self._open = now, True
+        elif not self._terminal and now - self._drawn >= progress.LOG_INTERVAL:
+            self._write(self.line(logs), end="\n")
+            self._drawn = now
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if self.verbose:
             self._write(self.line(logs), end="\n")
             self._open = False
+            self._drawn = time.perf_counter() if not self._terminal else self._drawn
         self._mark = (time.perf_counter(), batches_seen(self.model.optimizer))
 
     def on_train_end(self, logs: dict | None = None) -> None:
@@ -106,7 +117,7 @@ class Progress(keras.callbacks.ProgbarLogger):
             self._open = False
 
     def line(self, logs: dict | None = None) -> str:
-        """`step/total - elapsed - time per update - logs`, as of now."""
+        """`step/total - elapsed - time per update - time left - logs`, as of now."""
         now, seen = time.perf_counter(), batches_seen(self.model.optimizer)
         since, first = self._mark or self._begin, self._begin
         if seen <= since[1]:        # no update since the mark: count the first one in
@@ -114,8 +125,9 @@ class Progress(keras.callbacks.ProgbarLogger):
         per_step = (now - since[0]) * self.accumulate / max(1, seen - since[1])
         width = len(str(self.total_steps))
         started = self._started if self._started is not None else first[0]
+        left = max(0, self.total_steps - seen // self.accumulate) * per_step
         text = (f"{seen // self.accumulate:>{width}}/{self.total_steps} - "
-                f"{now - started:.0f}s - {_duration(per_step)}/step")
+                f"{_clock(now - started)} - {_duration(per_step)}/step - {_clock(left)} left")
         for key, value in (logs or {}).items():
             if np.ndim(value) == 0:
                 value = float(value)
@@ -130,6 +142,17 @@ class Progress(keras.callbacks.ProgbarLogger):
 
 def _duration(seconds):
     return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds * 1e3:.0f}ms"
+
+
+def _clock(seconds):
+    """0.4s, 12s, 4:05, 1:02:03."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}" if minutes else f"{secs}s"
 
 
 class StopAfter(keras.callbacks.Callback):

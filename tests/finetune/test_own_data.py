@@ -3,6 +3,7 @@ strings on every backend, checkpoints in and out, and `kbert finetune|evaluate c
 tag|qa` on tiny CSV, TSV, JSONL, CoNLL and SQuAD files."""
 
 import json
+import re
 
 import keras
 import numpy as np
@@ -229,16 +230,25 @@ def test_cli_classify_csv_and_jsonl(tiny_init, tmp_path, capsys):
                            for t, y in _reviews(12, 1)))
     out = tmp_path / "clf"
     columns = ("--text-column", "review", "--label-column", "stars")
-    code, lines, _ = _run(capsys, "finetune", "classify", "--init", tiny_init, "--train", train,
-                          "--dev", dev, "--output", out, *columns, *FAST)
+    code, lines, err = _run(capsys, "finetune", "classify", "--init", tiny_init, "--train",
+                            train, "--dev", dev, "--output", out, *columns, *FAST)
     assert code == 0
+    # progress on stderr (no terminal here: lines), the epochs' summaries on stdout
+    assert [line for line in lines if line.startswith("epoch ")][-1].startswith("epoch 2: ")
+    trained = [line for line in err if line.startswith("training")]
+    assert trained and re.search(r": (\d+)/\1 batch \(100%\), .* left", trained[-1]), err
+    assert "loss=" in trained[-1] and any(line.startswith("scoring dev: 12/12 example")
+                                          for line in err), err
     config = json.loads((out / "config.json").read_text())
     assert config["heads"]["classifier"]["labels"] == ["fast", "neg", "pos"]
-    code, lines, _ = _run(capsys, "evaluate", "classify", "--model", out, "--data", dev, *columns)
+    code, lines, err = _run(capsys, "evaluate", "classify", "--model", out, "--data", dev,
+                            *columns)
     scores = json.loads(lines[-1])
     assert code == 0 and set(scores) == {"accuracy", "macro_f1"}
-    assert scores == json.loads(_run(capsys, "evaluate", "classify", "--model", out, "--data",
-                                     dev, *columns)[1][-1])   # the same numbers again
+    assert err[-1].startswith("scoring: 12/12 example (100%)"), err
+    code, quiet, err = _run(capsys, "evaluate", "classify", "--model", out, "--data", dev,
+                            *columns, "--quiet")
+    assert json.loads(quiet[-1]) == scores and err == []   # the same numbers again, silently
     m = kbert.load(str(out))
     predicted = [max(m.classify(t), key=m.classify(t).get) for t, _ in _reviews(12, 1)]
     gold = [y for _, y in _reviews(12, 1)]

@@ -467,6 +467,25 @@ def test_progress_line_counts_the_run_steps_without_epochs(tmp_path, capsys):
     lines = _progress_lines(out)
     assert [step for step, _ in lines] == ["2/5", "4/5", "5/5"], out
     assert all(ms >= 50 for _, ms in lines), out
+    left = [re.search(r" - (\S+) left - ", line).group(1) for line in out.splitlines()
+            if re.match(r"\s*\d+/\d+ - ", line)]
+    assert left[-1] == "0.0s" and left[0] != "0.0s", out     # 3 updates of >= 50 ms to go
+
+
+def test_progress_in_a_log_is_a_line_every_interval_and_quiet_is_silent(tmp_path, capsys,
+                                                                         monkeypatch):
+    """Where the output is no terminal (a log file), a run writes its progress line at least
+    every `LOG_INTERVAL` seconds, not only per backup interval; `--quiet` writes none."""
+    from kbert import cli, progress
+    data, vocab, config = _setup(tmp_path)
+    argv = ["pretrain", "--data", data, "--config", config, "--vocab", vocab,
+            "--batch-size", "8", "--steps", "4", "--jit-compile", "off", "--shuffle-buffer", "16"]
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    assert cli.main(argv + ["--output", str(tmp_path / "log")]) == 0
+    out = capsys.readouterr().out
+    assert [step for step, _ in _progress_lines(out)] == ["1/4", "2/4", "3/4", "4/4", "4/4"], out
+    assert cli.main(argv + ["--output", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert _progress_lines(capsys.readouterr().out) == []
 
 
 # --- strategies and torch.compile agree with one eager device ------------------------------------
