@@ -181,3 +181,16 @@ def test_ablations_options_that_cannot_go_together_are_one_line(argv, message, c
     assert cli.main(["experiments", "ablations", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["features", "--output", "r", "--train", "t", "--dev", "d", "--epochs", "0"],
+    ["features", "--output", "r", "--train", "t", "--dev", "d", "--seeds", "-1"],
+    ["ablations", "--output", "r", "--steps", "0"],
+])
+def test_experiments_counts_below_one_are_refused(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["experiments", *argv])
+    assert exit_.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from kbert.cli.common import CliError, examples
+from kbert.cli.common import CliError, examples, positive_int
 
 
 def add_experiments(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +31,10 @@ def add_experiments(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--quick", action="store_true", help="tiny model, a few steps (CPU, minutes)")
     a.add_argument("--variants", nargs="+", help="bert no_nsp ltr roberta (default: all)")
     a.add_argument("--tasks", nargs="+", help="sst2 mrpc squad (default: all)")
-    a.add_argument("--seeds", type=int, help="fine-tuning seeds per cell (default 3; quick 1)")
-    a.add_argument("--steps", type=int, help="pretraining updates (default 10000; quick 4)")
+    a.add_argument("--seeds", type=positive_int,
+                   help="fine-tuning seeds per cell (default 3; quick 1)")
+    a.add_argument("--steps", type=positive_int,
+                   help="pretraining updates (default 10000; quick 4)")
     a.add_argument("--data", help="the shared data folder (corpus/, glue/, squad/; default: "
                                   "$KBERT_SHARED_DATA, else ../shared/data beside the "
                                   "repository)")
@@ -60,11 +62,11 @@ def add_experiments(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--model", default="minilm-l6-mlm-nsp", help="the frozen encoder")
     f.add_argument("--train", required=True, help="CoNLL-2003 train.txt")
     f.add_argument("--dev", required=True, help="CoNLL-2003 valid.txt")
-    f.add_argument("--epochs", type=int, default=3, help="tagger epochs")
-    f.add_argument("--seeds", type=int, default=1, help="tagger seeds per row")
-    f.add_argument("--max-train-sentences", type=int,
+    f.add_argument("--epochs", type=positive_int, default=3, help="tagger epochs")
+    f.add_argument("--seeds", type=positive_int, default=1, help="tagger seeds per row")
+    f.add_argument("--max-train-sentences", type=positive_int,
                    help="use the first N training sentences (default: all)")
-    f.add_argument("--max-dev-sentences", type=int,
+    f.add_argument("--max-dev-sentences", type=positive_int,
                    help="use the first N dev sentences (default: all)")
     f.set_defaults(func=run_features)
 
