@@ -8,6 +8,7 @@ heads none has. Browser screenshots go to test-artifacts/.
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -326,6 +327,8 @@ def test_tabs_in_a_headless_browser(served, tmp_path):
             expect(page.locator("#search-answer textarea")).to_have_value(
                 re.compile("seven years"))
         page.screenshot(path=ARTIFACTS / "search.png", full_page=True)
+        if os.environ.get("KBERT_DOCS_SCREENSHOT"):    # `make screenshot`: docs/playground.png
+            shutil.copyfile(ARTIFACTS / "search.png", os.environ["KBERT_DOCS_SCREENSHOT"])
         upload = tmp_path / "rivers.txt"                   # an uploaded file, nothing pasted
         upload.write_text("The Danube flows through ten countries.\n\nThe Nile is in Africa.")
         page.locator("#search-files input[type=file]").set_input_files(str(upload))
