@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kbert.experiments import report
+from kbert.experiments.plan import Plan, Variant
 
-if TYPE_CHECKING:   # type-only: the ablations import this module
-    from kbert.experiments.ablations import Plan, Variant
+if TYPE_CHECKING:
     from kbert.experiments.units import Units
     from kbert.finetune.loop import FinetuneResult
     from kbert.training.loop import PretrainResult
