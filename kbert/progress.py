@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from typing import IO, Any
 
 # tqdm is a dependency of TensorFlow's side (and of the data tools): light, no import of Keras
@@ -74,7 +74,7 @@ def bar(iterable: Iterable[Any] | None = None, *, total: float | None = None,
     elsewhere, none when progress is not shown. `total` gives the percentage and the time left
     (`len(iterable)` where it has one); the other arguments are tqdm's."""
     stream = sys.stderr
-    if total is None and iterable is not None and hasattr(iterable, "__len__"):
+    if total is None and isinstance(iterable, Sized):
         total = len(iterable)
     if terminal(stream):
         options: dict[str, Any] = dict(file=stream, mininterval=_TERMINAL_INTERVAL,
