@@ -6,6 +6,8 @@
     keras_runner.py  `ForwardPasses`: the passes compiled per Keras backend
     graphs.py        the passes as ONNX files / OpenVINO IRs (Keras' `model.export`), export
                      directories and the cache of graphs made on first use
+    graph_io.py      the graphs' inputs and outputs named for other servers (`logits`,
+                     `embeddings`, dimensions `batch`, `sequence`), listed in export.json
     engines.py       `GraphRunner`: OpenVINO or ONNX Runtime over those graphs
 
 `make_runner` picks one; `kbert.pipeline.Bert` calls it and never branches on either choice.

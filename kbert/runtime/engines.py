@@ -150,7 +150,7 @@ def _onnx_session(path, threads):
     options.intra_op_num_threads = int(threads or hardware.usable_cores())
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    name = session.get_outputs()[0].name
+    name = session.get_outputs()[0].name       # the one output (`kinds.output_of`)
 
     def run(inputs):
         return np.asarray(session.run([name], inputs)[0], np.float32)

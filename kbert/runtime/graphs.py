@@ -8,7 +8,9 @@ kbert's tokenizer needs anyway) from the checkpoint directory, whatever the call
 
 An export directory is a checkpoint directory (config.json, vocab.txt, weights) plus:
 
-    export.json            {"format", "dtype", "kinds", "vocab_sha256", "heads", "kbert_version"}
+    export.json            {"format", "dtype", "kinds", "vocab_sha256", "heads", "kbert_version",
+                            "graph_files", "graphs"}: "graphs" lists each pass's inputs and
+                            outputs by name, dtype and shape (`kbert.runtime.graph_io`)
     openvino/<kind>.xml    (and .bin) one IR per pass; or
     onnx/<kind>.onnx       one ONNX file per pass
 
@@ -35,13 +37,15 @@ import numpy as np
 
 from kbert import outputs
 from kbert.checkpoint_format import WEIGHTS_FILE
+from kbert.runtime import graph_io
 from kbert.runtime.kinds import EMBED_KINDS, HEAD_KINDS, Kind, input_names, kind_name
 
 if TYPE_CHECKING:
     from kbert.backbone import BertBackbone
 
 MANIFEST = "export.json"
-GRAPH_FORM = 3     # raised whenever the exported graphs change form (N-D MatMul, LayerNorm, GELU)
+GRAPH_FORM = 4     # raised whenever the exported graphs change form (N-D MatMul, LayerNorm,
+                   # GELU; named outputs and dimensions)
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml"}
 
 
@@ -105,7 +109,8 @@ def _sample_features(kind):
 def convert_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind, fmt: str,
                  path: str) -> str:
     """Writes the `kind` pass as `path` (an ONNX file, or an OpenVINO .xml with its .bin)
-    through Keras' `model.export`, with dynamic batch and length (TensorFlow backend)."""
+    through Keras' `model.export`, with dynamic batch and length (TensorFlow backend), its
+    output and dimensions named (`kbert.runtime.graph_io`)."""
     import keras
     import tensorflow as tf
 
@@ -122,10 +127,11 @@ def convert_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind, fmt:
         model(_sample_features(kind))                   # builds it; export needs a called model
         model.export(out, format=fmt, input_signature=[spec], verbose=False)
         if fmt == "openvino":
-            _keep_first_output(out)
+            _finish_openvino(out, kind)
         else:
             from kbert.runtime.onnx_rewrite import fuse_for_onnx_runtime
             fuse_for_onnx_runtime(out)
+            graph_io.name_onnx(out, kind)
         for name in os.listdir(tmp):                    # the .xml last: readers look for it
             if not name.endswith(".xml"):
                 os.replace(os.path.join(tmp, name), os.path.join(folder, name))
@@ -148,17 +154,25 @@ def openvino_core() -> Any:
     return ov.Core()
 
 
-def _keep_first_output(path):
+def _finish_openvino(path, kind):
     """Drops the results OpenVINO's TensorFlow reader adds for values the pass computes but
     does not return (shape scalars, the pooler of a pass that reads the sequence): the pass's
-    own output is the first."""
+    own output is the first. Then names it (`graph_io.name_openvino`)."""
     import openvino as ov
     model = openvino_core().read_model(path)
-    if len(model.outputs) > 1:
-        model = ov.Model([model.output(0)], model.get_parameters(), model.get_friendly_name())
-        os.remove(path)
-        os.remove(os.path.splitext(path)[0] + ".bin")
-        ov.save_model(model, path, compress_to_fp16=False)
+    model = ov.Model([model.output(0)], model.get_parameters(), model.get_friendly_name())
+    graph_io.name_openvino(model, kind)
+    os.remove(path)
+    os.remove(os.path.splitext(path)[0] + ".bin")
+    ov.save_model(model, path, compress_to_fp16=False)
+
+
+def describe_graph(path: str, fmt: str, kind: Kind) -> dict[str, list[dict[str, Any]]]:
+    """The inputs and outputs of the graph file `path` (`graph_io.describe_onnx`)."""
+    if fmt == "openvino":
+        return graph_io.describe_openvino(openvino_core().read_model(path), kind)
+    import onnx
+    return graph_io.describe_onnx(onnx.load(path, load_external_data=False), kind)
 
 
 def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: str) -> None:
@@ -283,14 +297,17 @@ def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
                 shutil.copy2(os.path.join(source, name), os.path.join(tmp, name))
         folder = os.path.join(tmp, fmt)
         _from_cache(source, folder, kinds, fmt)
+        served = {kind: graph_path(folder, kind, fmt) for kind in kinds}
         if dtype == "int8":
-            for kind in kinds:
-                path = graph_path(folder, kind, fmt)
-                quantize(fmt, path, int8_path(path))
+            for kind, path in served.items():
+                served[kind] = quantize(fmt, path, int8_path(path))
         manifest = {"format": fmt, "dtype": dtype, "kinds": [kind_name(k) for k in kinds],
                     "vocab_sha256": sha256_file(os.path.join(tmp, "vocab.txt")),
                     "heads": heads, "kbert_version": __version__,
-                    "graph_files": _describe_files(tmp, fmt)}
+                    "graph_files": _describe_files(tmp, fmt),
+                    "graphs": {kind_name(kind): {"file": os.path.relpath(path, tmp),
+                                                 **describe_graph(path, fmt, kind)}
+                               for kind, path in served.items()}}
         outputs.write_json(os.path.join(tmp, MANIFEST), manifest)
     return os.path.abspath(output)
 
@@ -380,5 +397,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["ExportError", "MANIFEST", "cache_dir", "convert_checkpoint", "convert_pass",
-           "default_kinds", "export", "fingerprint", "int8_path", "parse_kind", "quantize",
-           "read_manifest"]
+           "default_kinds", "describe_graph", "export", "fingerprint", "int8_path", "parse_kind",
+           "quantize", "read_manifest"]

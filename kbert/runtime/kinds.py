@@ -17,6 +17,17 @@ GRAPH_OF = {"embed_cls": "embed", "embed_mean": "embed"}
 HEAD_KINDS = {"mlm": ("mlm_logits",), "nsp": ("nsp",), "classifier": ("classifier",),
               "tagger": ("tagger",), "span": ("span",)}
 EMBED_KINDS = ("embed",)
+# The exported graphs' names (`kbert.runtime.graph_io`): each input's dynamic dimensions, and
+# each graph's one output with its own (None: a fixed size, as the number of labels).
+INPUT_DIMS = {name: ("batch", "sequence") for name in TOKEN_INPUTS} | {
+    "masked_lm_positions": ("batch", "masks")}
+OUTPUT_OF = {"embed": ("embeddings", ("batch", None, None)),
+             "mlm_logits": ("logits", ("batch", "masks", None)),
+             "nsp": ("logits", ("batch", None)),
+             "classifier": ("logits", ("batch", None)),
+             "tagger": ("logits", ("batch", "sequence", None)),
+             "span": ("span_logits", ("batch", "sequence", None)),
+             "hidden": ("hidden_states", ("batch", "sequence", None, None))}
 
 
 def input_names(kind: Kind) -> tuple[str, ...]:
@@ -24,6 +35,15 @@ def input_names(kind: Kind) -> tuple[str, ...]:
     if kind == "mlm_logits" or (isinstance(kind, tuple) and kind[0] == "mlm"):
         return (*TOKEN_INPUTS, "masked_lm_positions")
     return TOKEN_INPUTS
+
+
+def output_of(kind: Kind) -> tuple[str, tuple[str | None, ...]]:
+    """The name of the graph `kind`'s output and the names of its dynamic dimensions.
+
+    >>> output_of(("hidden", (0, 6)))
+    ('hidden_states', ('batch', 'sequence', None, None))
+    """
+    return OUTPUT_OF[kind[0] if isinstance(kind, tuple) else kind]
 
 
 def graph_kind(kind: Kind) -> Kind:

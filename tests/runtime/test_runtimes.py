@@ -4,9 +4,11 @@ OpenVINO and ONNX Runtime (exported graphs), and within bfloat16's tolerance in 
 The float32 Keras path is the reference. Graphs are made in a child process on TensorFlow, so
 the tests that make them run on every backend."""
 
+import ast
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -305,6 +307,92 @@ def test_an_export_directory_loads_with_its_runtime_and_refuses_a_changed_vocabu
     vocab.write_text("\n".join(lines[:-1] + ["[unused-other]"]) + "\n")
     with pytest.raises(graphs.ExportError, match="vocab.txt is not the vocabulary"):
         kbert.load(out)
+
+
+# Each exported graph's output and shape, as a server that knows nothing of kbert reads them.
+OUTPUTS = {"embed": ("embeddings", ["batch", 2, 128]), "classifier": ("logits", ["batch", 3]),
+           "nsp": ("logits", ["batch", 2]), "tagger": ("logits", ["batch", "sequence", 5]),
+           "span": ("span_logits", ["batch", "sequence", 2]),
+           "mlm_logits": ("logits", ["batch", "masks", 120])}
+
+
+def _graph_io(path, runtime):
+    """{"inputs" | "outputs": {name: shape}} as the graph file holds them: a dimension's name
+    in ONNX, None for a dynamic one in OpenVINO (its IR names no dimensions); every name of
+    an OpenVINO output."""
+    if runtime == "onnx":
+        import onnx
+        graph = onnx.load(path).graph
+
+        def dims(value):
+            return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+        return {"inputs": {v.name: dims(v) for v in graph.input},
+                "outputs": {v.name: dims(v) for v in graph.output}}
+    model = graphs.openvino_core().read_model(path)
+
+    def shape(port):
+        return [d.get_length() if d.is_static else None for d in port.get_partial_shape()]
+    return {"inputs": {p.get_any_name(): shape(p) for p in model.inputs},
+            "outputs": {n: shape(p) for p in model.outputs for n in sorted(p.get_names())}}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_exported_graphs_name_their_inputs_outputs_and_dimensions(every_head, runtime,
+                                                                 tmp_path):
+    """Triton or OpenVINO Model Server read a graph by its names: the features in, what the
+    pass gives out (not `Identity:0`), dimensions batch / sequence / masks in ONNX (not
+    `unk__N`); export.json lists each graph as its file has it."""
+    pytest.importorskip("openvino" if runtime == "openvino" else "onnx")
+    out = graphs.export(every_head, tmp_path / "exported", fmt=runtime)
+    listed = json.loads((tmp_path / "exported" / "export.json").read_text())["graphs"]
+    assert set(listed) == set(OUTPUTS)
+    for graph, (output, shape) in OUTPUTS.items():
+        inputs = {"input_ids": ["batch", "sequence"], "segment_ids": ["batch", "sequence"],
+                  "input_mask": ["batch", "sequence"]}
+        if graph == "mlm_logits":
+            inputs["masked_lm_positions"] = ["batch", "masks"]
+        assert listed[graph]["file"] == os.path.relpath(
+            graphs.graph_path(os.path.join(out, runtime), graph, runtime), out)
+        assert {i["name"]: i for i in listed[graph]["inputs"]} == {
+            name: {"name": name, "dtype": "int32", "shape": dims} for name, dims in inputs.items()}
+        assert listed[graph]["outputs"] == [{"name": output, "dtype": "float32", "shape": shape}]
+        got = _graph_io(os.path.join(out, listed[graph]["file"]), runtime)
+        if runtime == "openvino":                            # dynamic dimensions: unnamed
+            inputs = {n: [None, None] for n in inputs}
+            shape = [d if isinstance(d, int) else None for d in shape]
+        assert got == {"inputs": inputs, "outputs": {output: shape}}, graph
+
+
+def _serving_snippet():
+    """The Python blocks of docs/serving.md's ONNX and OpenVINO section: (tokenize, onnx,
+    openvino, read)."""
+    text = (REPO / "docs" / "serving.md").read_text(encoding="utf-8")
+    section = text.split("## ONNX and OpenVINO graphs on another server")[1].split("\n## ")[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_documented_runtime_only_client_gives_the_keras_probabilities(every_head, runtime,
+                                                                         tmp_path):
+    """docs/serving.md's client, run as written in a process without kbert on an export of
+    `every_head`: the named output's probabilities are `classify`'s (Keras, float32)."""
+    pytest.importorskip("openvino" if runtime == "openvino" else "onnxruntime")
+    pytest.importorskip("tokenizers")
+    out = graphs.export(every_head, tmp_path / runtime, fmt=runtime)
+    tokenize, onnx_block, openvino_block, read = _serving_snippet()
+    code = "\n".join([tokenize, onnx_block if runtime == "onnx" else openvino_block, read])
+    code = code.replace('"/tmp/sst2-onnx"', repr(out)).replace('"/tmp/sst2-openvino"', repr(out))
+    code += ("\nimport sys\nassert not any(m.split('.')[0] == 'kbert' for m in sys.modules)"
+             "\nprint(json.dumps(texts))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed, texts = done.stdout.strip().splitlines()[-2:]
+    got = ast.literal_eval(printed)
+    want = kbert.load(every_head).classify(json.loads(texts))
+    assert [list(g) for g in got] == [list(w) for w in want]
+    np.testing.assert_allclose([list(g.values()) for g in got],
+                               [list(w.values()) for w in want], atol=1e-4)
 
 
 def test_an_export_whose_heads_differ_from_its_config_is_refused(every_head, tmp_path):
