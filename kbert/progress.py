@@ -89,7 +89,9 @@ def bar(iterable: Iterable[Any] | None = None, *, total: float | None = None,
 
 def echo(text: str, file: IO[str] | None = None) -> None:
     """Prints a line (stdout by default) without breaking a bar that is being redrawn."""
-    tqdm.write(text, file=file or sys.stdout)
+    stream = file or sys.stdout
+    tqdm.write(text, file=stream)
+    stream.flush()                      # a log shows the line now, not when the buffer fills
 
 
 def _scalars(logs: dict[str, Any] | None) -> dict[str, str]:
@@ -108,8 +110,8 @@ _FIT_CALLBACK: type | None = None
 
 def fit_callback(desc: str = "train") -> Any:
     """A Keras callback for `fit`: one bar over all of the run's batches (every epoch, so the
-    time left is the run's), with the logs (loss, metrics) beside it. Run `fit` with
-    `verbose=0` beside it."""
+    time left is the run's; from `initial_epoch` on), with the logs (loss, metrics) beside it.
+    Run `fit` with `verbose=0` beside it."""
     global _FIT_CALLBACK
     if _FIT_CALLBACK is None:
         import keras
@@ -119,19 +121,21 @@ def fit_callback(desc: str = "train") -> Any:
                 super().__init__()
                 self.desc = desc
                 self.bar: tqdm | None = None
-                self.epochs = 1
+                self.epochs = self.runs = 1
                 self._logged = 0.0
 
             def on_train_begin(self, logs: dict | None = None) -> None:
                 self.epochs = int(self.params.get("epochs") or 1)
-                steps = self.params.get("steps")
-                self.bar = bar(total=steps * self.epochs if steps else None, desc=self.desc,
-                               unit="batch")
 
             def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-                if self.bar is not None and self.epochs > 1:
-                    self.bar.set_description(f"{self.desc} (epoch {epoch + 1}/{self.epochs})",
-                                             refresh=False)
+                if self.bar is None:        # the first epoch this fit runs (`initial_epoch`)
+                    steps = self.params.get("steps")
+                    self.runs = self.epochs - epoch
+                    self.bar = bar(total=steps * self.runs if steps else None, desc=self.desc,
+                                   unit="batch")
+                if self.runs > 1:
+                    self.bar.set_description_str(
+                        f"{self.desc} (epoch {epoch + 1}/{self.epochs})", refresh=False)
 
             def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
                 if self.bar is None:

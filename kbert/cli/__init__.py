@@ -70,12 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
                 finetune.add_evaluate, export.add_export, app.add_app,
                 experiments.add_experiments, retrieval.add_index):
         add(sub)
-    for command in sub.choices.values():       # `kbert COMMAND ... --debug` works too
+    for command in _subcommands(sub):           # `kbert COMMAND ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help=argparse.SUPPRESS)
-        command.add_argument("--quiet", action="store_true",
+        command.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
                              help="no progress (count, rate, time left) on stderr")
     return parser
+
+
+def _subcommands(sub: argparse._SubParsersAction) -> Iterator[argparse.ArgumentParser]:
+    """Every command's parser and its actions' (`kbert index build`)."""
+    for command in sub.choices.values():
+        yield command
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                yield from _subcommands(action)
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:

@@ -25,12 +25,14 @@ if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
     from kbert.tokenizer import Tokenizer
 
 import collections
+import functools
 import itertools
 import os
 
 import numpy as np
 
 from kbert import outputs
+from kbert import progress as progress_lib
 from kbert.config import read_vocab
 from kbert.data.instances import (  # noqa: F401  (re-exported: the names of one module before)
     FEATURES,
@@ -160,6 +162,8 @@ def create_pretraining_data(paths: Sequence[str], vocab: str | list[str], output
             CPU, `usable_cpus()`); the output is the same whatever the number.
         input_format: `auto`, `documents` or `sentences`.
         block_size: sentences per block (the memory bound, and the reach of "random next").
+        progress: a progress bar over the input's bytes, the documents beside it
+            (`kbert.progress`: on a terminal, unless the process decided otherwise).
         overwrite: replace the data set already in `output_dir` (refused otherwise; a
             directory holding anything else always is); the shards replaced are named in
             `totals.removed`. Your other files in `output_dir` are kept.
@@ -184,7 +188,9 @@ def create_pretraining_data(paths: Sequence[str], vocab: str | list[str], output
     with outputs.Output(output_dir, "pretraining_data", overwrite=overwrite) as out:
         check_output(output_dir, overwrite)                   # as it is, now that it is ours
         tmp = out.staging()
-        totals = _write_blocks(blocks, (vocab, lower_case, options, tmp), workers, progress)
+        totals = _write_blocks(_with_bytes_read(blocks, report),
+                               (vocab, lower_case, options, tmp), workers,
+                               functools.partial(_input_bar, paths) if progress else None)
         removed = sorted(n for n in outputs.own_files(output_dir) if is_shard(n)) \
             if os.path.isdir(output_dir) else []
         out.commit(tmp)
@@ -193,46 +199,68 @@ def create_pretraining_data(paths: Sequence[str], vocab: str | list[str], output
     return totals
 
 
-def _write_blocks(blocks, arguments, workers, progress):
-    """Writes each block as a shard (in `workers` processes); returns the totals."""
+def _input_bar(paths):
+    """A progress bar over the input files' bytes (`kbert.progress`)."""
+    return progress_lib.bar(total=sum(os.path.getsize(p) for p in paths), desc="input",
+                            unit="B", unit_scale=True, unit_divisor=1024)
+
+
+def _with_bytes_read(blocks, report):
+    """(block, input bytes read through its last document) for each block."""
+    for block in blocks:
+        yield block, report.bytes_read
+
+
+def _write_blocks(blocks, arguments, workers, bar):
+    """Writes each (block, bytes read) as a shard (in `workers` processes); returns the totals.
+    `bar()` makes a progress bar once the first blocks are read (an input that fails there
+    shows none), moved to the bytes read as each shard is written; None: no bar."""
     from tqdm import tqdm
 
     totals = collections.Counter()
-    bar = tqdm(desc="documents", unit="doc", disable=None if progress else True)
 
-    def add(stats):
+    def add(stats, read):
         totals.update(stats)
-        bar.update(stats["documents"])
         totals["shards"] += 1
+        shown.set_postfix_str(f"{totals['documents']} documents", refresh=False)
+        shown.update(read - shown.n)
     blocks = iter(blocks)
     first = [block for block in (next(blocks, None), next(blocks, None)) if block is not None]
     if len(first) < 2:
         workers = 1                             # one block: no worker start-up to pay for
     blocks = itertools.chain(first, blocks)
+    shown = bar() if bar is not None and first else tqdm(disable=True)
     try:
-        if workers <= 1:
-            for index, block in enumerate(blocks):
-                add(write_block(index, block, *arguments)[1])
-        else:
-            import multiprocessing
-            # Spawned (a forked TensorFlow is unsafe); each worker imports TensorFlow and builds
-            # the tokenizer while this process reads the first blocks.
-            vocab, lower_case = arguments[:2]
-            with multiprocessing.get_context("spawn").Pool(
-                    workers, initializer=_tokenizer, initargs=(vocab, lower_case)) as pool:
-                pending = collections.deque()
-                for index, block in enumerate(blocks):
-                    pending.append(pool.apply_async(write_block, (index, block) + arguments))
-                    while len(pending) >= 2 * workers:      # bounded: memory stays flat
-                        add(pending.popleft().get()[1])
-                while pending:
-                    add(pending.popleft().get()[1])
+        _write_each(blocks, arguments, workers, add)
     finally:
-        bar.close()
+        shown.close()
     if not totals["instances"]:
         raise ValueError("no training instances: the input files hold no usable text "
                          f"({totals['documents']} documents read)")
     return totals
+
+
+def _write_each(blocks, arguments, workers, add):
+    """`add(statistics, bytes read)` of each (block, bytes read) written as a shard."""
+    if workers <= 1:
+        for index, (block, read) in enumerate(blocks):
+            add(write_block(index, block, *arguments)[1], read)
+    else:
+        import multiprocessing
+        # Spawned (a forked TensorFlow is unsafe); each worker imports TensorFlow and builds
+        # the tokenizer while this process reads the first blocks.
+        vocab, lower_case = arguments[:2]
+        with multiprocessing.get_context("spawn").Pool(
+                workers, initializer=_tokenizer, initargs=(vocab, lower_case)) as pool:
+            pending = collections.deque()
+            for index, (block, read) in enumerate(blocks):
+                pending.append((pool.apply_async(write_block, (index, block) + arguments), read))
+                while len(pending) >= 2 * workers:      # bounded: memory stays flat
+                    result, read = pending.popleft()
+                    add(result.get()[1], read)
+            while pending:
+                result, read = pending.popleft()
+                add(result.get()[1], read)
 
 
 def summary(totals: collections.Counter) -> list[str]:

@@ -64,10 +64,12 @@ def split_sentences(paragraph: str) -> list[str]:
 
 
 class InputReport:
-    """What reading found: documents, and bytes that were not UTF-8 (replaced by U+FFFD)."""
+    """What reading found: documents, and bytes that were not UTF-8 (replaced by U+FFFD);
+    `bytes_read`, how far the reading is (within a file, by its documents' characters)."""
 
     def __init__(self):
         self.documents = 0
+        self.bytes_read = 0
         self.replaced = {}   # file → number of undecodable byte sequences replaced
 
     def summary(self) -> str:
@@ -135,6 +137,7 @@ def read_documents(paths: Sequence[str], input_format: str = "auto",
     report = report if report is not None else InputReport()
     check_inputs(paths)
     for path in paths:
+        start, size = report.bytes_read, os.path.getsize(path)
         lines = _read_text(path, report).splitlines()
         layout = detect_format(lines) if input_format == "auto" else input_format
         if layout == "documents":
@@ -148,6 +151,11 @@ def read_documents(paths: Sequence[str], input_format: str = "auto",
                 elif document:
                     documents.append(document)
                     document = []
-        for document in documents:
+        characters = [sum(map(len, d)) + len(d) for d in documents]
+        whole, done = max(1, sum(characters)), 0
+        for document, n in zip(documents, characters):
+            done += n
             report.documents += 1
+            report.bytes_read = start + size * done // whole
             yield document
+        report.bytes_read = start + size

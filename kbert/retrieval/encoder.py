@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kbert import progress
+
 if TYPE_CHECKING:   # type-only: the pipeline imports this package
     from kbert.pipeline import Bert
 
@@ -21,14 +23,39 @@ def options(model: Bert) -> dict:
     return dict(model.embedding_defaults)
 
 
-def embed(model: Bert, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
+# Batches per call of the model: the progress bar moves once a call (a few seconds of work).
+CALL_BATCHES = 8
+
+
+def embed(model: Bert, texts: Sequence[str], batch_size: int = 16, desc: str | None = None,
+          unit: str = "text") -> np.ndarray:
     """Unit-length float32 vectors [n, hidden] (the model's `embed(normalize=True)`,
-    length-sorted batches)."""
+    length-sorted batches). `desc`: a progress bar over the texts (counted in `unit`s), where
+    they fill more than one batch.
+
+    The texts go to the model in calls of `CALL_BATCHES` batches, by character length (so each
+    call's length-sorted batches are as even as one call's over all of them)."""
     if not len(texts):
         return np.zeros((0, model.config.hidden_size), np.float32)
     opts = options(model)
-    return model.embed(list(texts), pooling=opts["pooling"], batch_size=batch_size,
-                       max_seq_length=opts["max_seq_length"], normalize=True)
+    texts = list(texts)
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.zeros((len(texts), model.config.hidden_size), np.float32)
+    step = batch_size * CALL_BATCHES
+    shown = (progress.bar(total=len(texts), desc=desc, unit=unit)
+             if desc and len(texts) > batch_size else None)
+    try:
+        for start in range(0, len(texts), step):
+            rows = order[start:start + step]
+            out[rows] = model.embed([texts[i] for i in rows], pooling=opts["pooling"],
+                                    batch_size=batch_size,
+                                    max_seq_length=opts["max_seq_length"], normalize=True)
+            if shown is not None:
+                shown.update(len(rows))
+    finally:
+        if shown is not None:
+            shown.close()
+    return out
 
 
 _IDENTITY_CACHE: dict = {}

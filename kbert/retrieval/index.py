@@ -110,7 +110,8 @@ class Index:
     def add(self, model: Bert, texts: Sequence[str], metadata: Sequence[dict] | None = None,
             batch_size: int = BATCH_SIZE, overlap: int = OVERLAP) -> int:
         """Adds texts (split where too long) embedded by `model`, which must be the index's
-        encoder; returns the number of passages added."""
+        encoder (a progress bar over the passages, `kbert.progress`); returns the number of
+        passages added."""
         texts = _check_texts(texts)
         if metadata is not None and len(metadata) != len(texts):
             raise ValueError(f"index: {len(metadata)} metadata records for {len(texts)} texts")
@@ -132,7 +133,8 @@ class Index:
             self.notes.append(note)
             warnings.warn(note, stacklevel=2)
         first = self.sources
-        vectors = encoder_lib.embed(model, [p.text for p in passages], batch_size)
+        vectors = encoder_lib.embed(model, [p.text for p in passages], batch_size,
+                                    desc="encoding passages", unit="passage")
         bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
         if len(bad):
             text = " ".join(passages[bad[0]].text.split())[:60]
@@ -187,7 +189,8 @@ class Index:
         if model is None:
             model = self.load_encoder()
         self.check_encoder(model)
-        vectors = encoder_lib.embed(model, queries, batch_size)
+        vectors = encoder_lib.embed(model, queries, batch_size, desc="encoding queries",
+                                      unit="query")
         use_hybrid = self.hybrid if hybrid is None else hybrid
         rows: Sequence[np.ndarray] | np.ndarray
         scores: Sequence[np.ndarray] | np.ndarray

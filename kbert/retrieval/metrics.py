@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kbert import progress
 from kbert.jsonl import json_lines
 
 if TYPE_CHECKING:   # type-only: the pipeline imports this package
@@ -168,19 +169,34 @@ def evaluate_rerank(model: Bert, path: str, candidates: int = 20, batch_size: in
     by the reranker's log-odds fused with BM25's scores (`kbert.retrieval.rerank`)."""
     from kbert.retrieval import fusion
     from kbert.retrieval.lexical import BM25
-    from kbert.retrieval.rerank import fused_rows, pair_scores, scorer
+    from kbert.retrieval.rerank import fused_rows, scorer
     scorer(model)                                   # a clear error before any work
     data = read_data(path)
     if max_queries:
         data = data.subset([i < max_queries for i in range(len(data.queries))])
     lexical = BM25(data.corpus).scores(data.queries)
     first = fusion.top_rows(lexical, candidates)
-    pairs = [(q, int(r)) for q, rows in zip(data.queries, first) for r in rows]
-    scores = np.asarray(pair_scores(model, [q for q, _ in pairs],
-                                    [data.corpus[r] for _, r in pairs], batch_size,
-                                    log_odds=fuse))
-    scores = scores.reshape(len(data.queries), -1)
+    scores = _reranked(model, data, first, batch_size, fuse)
     if fuse:
         scores = fused_rows(np.take_along_axis(lexical, first, 1), scores)
     order = np.argsort(-scores, axis=1, kind="stable")
     return score(np.take_along_axis(first, order, 1).tolist(), data.relevant)
+
+
+def _reranked(model: Bert, data: RetrievalData, first: np.ndarray, batch_size: int,
+              log_odds: bool) -> np.ndarray:
+    """The cross-encoder's scores [q, k] of each query's first-stage rows `first` [q, k],
+    a few batches of pairs per call (a progress bar over the queries)."""
+    from kbert.retrieval.encoder import CALL_BATCHES
+    from kbert.retrieval.rerank import pair_scores
+    step = max(1, batch_size * CALL_BATCHES // max(1, first.shape[1]))   # queries per call
+    out = np.zeros(first.shape, np.float64)
+    with progress.bar(total=len(first), desc="reranking", unit="query") as shown:
+        for start in range(0, len(first), step):
+            rows = first[start:start + step]
+            queries = [q for q, r in zip(data.queries[start:start + step], rows) for _ in r]
+            out[start:start + step] = np.reshape(pair_scores(
+                model, queries, [data.corpus[r] for r in rows.ravel()], batch_size,
+                log_odds=log_odds), rows.shape)
+            shown.update(len(rows))
+    return out

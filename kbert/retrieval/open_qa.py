@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kbert import progress
+from kbert.retrieval.encoder import CALL_BATCHES
 from kbert.retrieval.index import Index
 
 if TYPE_CHECKING:   # type-only: the pipeline imports this package
@@ -47,6 +49,8 @@ def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert
     depth = max(passages, candidates) if reranker is not None else passages
     hits = index.search(questions, encoder, top_k=depth, hybrid=hybrid, batch_size=batch_size)
     answers = []
+    shown = progress.bar(total=len(questions), desc="reading", unit="question") \
+        if len(questions) > 1 else None
     for q, found in zip(questions, hits):
         found = list(found)
         if reranker is not None:
@@ -65,6 +69,10 @@ def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert
         answers.append({"text": span["text"], "score": float(weights[best] * span["score"]),
                         "start": span["start"], "end": span["end"], "passage": found[best],
                         "reader_score": float(span["score"])})
+        if shown is not None:
+            shown.update(1)
+    if shown is not None:
+        shown.close()
     return answers[0] if single else answers
 
 
@@ -94,8 +102,15 @@ def evaluate_open_qa(reader: Bert, path: str, encoder: Bert, reranker: Bert | No
     index = Index.build(encoder, data.corpus, batch_size=batch_size, hybrid=hybrid)
     got = ask(data.queries, index, reader, encoder, reranker, passages, candidates,
               hybrid=hybrid, batch_size=batch_size)
-    oracle: Any = reader.answer(data.queries, [data.corpus[min(r)] for r in data.relevant],
-                                batch_size=batch_size)
+    oracle: Any = []
+    step = batch_size * CALL_BATCHES
+    with progress.bar(total=len(data.queries), desc="reading (oracle)", unit="question") as shown:
+        for start in range(0, len(data.queries), step):
+            questions = data.queries[start:start + step]
+            oracle += reader.answer(questions, [data.corpus[min(r)] for r in
+                                                data.relevant[start:start + step]],
+                                    batch_size=batch_size)
+            shown.update(len(questions))
     out = {}
     for name, texts in (("", [a["text"] for a in got]), ("oracle_", [o[0]["text"]
                                                                      for o in oracle])):

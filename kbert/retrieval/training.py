@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from kbert import outputs
+from kbert import outputs, progress
 from kbert.hardware import mixed_precision_policy
 from kbert.retrieval.metrics import RetrievalData, score
 
@@ -166,7 +166,8 @@ def mine_negatives(pairs: Pairs, count: int, method: str = "bm25", encoder: Any 
     else:
         if encoder is None:
             raise ValueError("mining with the encoder needs `encoder`")
-        q, c = embed(encoder, queries, batch_size), embed(encoder, corpus, batch_size)
+        q = embed(encoder, queries, batch_size, desc="mining: encoding queries")
+        c = embed(encoder, corpus, batch_size, desc="mining: encoding passages")
         ranked = np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :depth]
     positives = pairs.positives_of()
     mined: dict[str, list[str]] = {}
@@ -185,22 +186,44 @@ def mine_negatives(pairs: Pairs, count: int, method: str = "bm25", encoder: Any 
     return dataclasses.replace(pairs, negatives=negatives)
 
 
-def embed(encoder: Any, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+def embed(encoder: Any, texts: Sequence[str], batch_size: int = 64,
+          desc: str | None = None) -> np.ndarray:
     """Unit vectors [n, H] from a `BertBiEncoder` with its preprocessor (length-sorted
-    batches)."""
+    batches); `desc`: a progress bar over the texts (`_predict_progress`)."""
     texts = list(texts)
     order = np.argsort([len(t) for t in texts], kind="stable")
     out = np.zeros((len(texts), encoder.config.hidden_size), np.float32)
     if texts:
-        out[order] = np.asarray(encoder.predict([texts[i] for i in order],
-                                                batch_size=batch_size, verbose=0))
+        out[order] = np.asarray(encoder.predict(
+            [texts[i] for i in order], batch_size=batch_size, verbose=0,
+            callbacks=_predict_progress(desc, len(texts), batch_size, "text")))
     return out
+
+
+def _predict_progress(desc: str | None, total: int, batch_size: int, unit: str) -> list:
+    """`predict`'s callbacks: a progress bar `desc` over its `total` rows, where they fill more
+    than one batch (`kbert.progress`); none without `desc`."""
+    if not desc or total <= batch_size:
+        return []
+    import keras
+
+    class PredictProgress(keras.callbacks.Callback):
+        def on_predict_begin(self, logs: dict | None = None) -> None:
+            self.bar = progress.bar(total=total, desc=desc, unit=unit)
+
+        def on_predict_batch_end(self, batch: int, logs: dict | None = None) -> None:
+            self.bar.update(int((logs or {})["outputs"].shape[0]))
+
+        def on_predict_end(self, logs: dict | None = None) -> None:
+            self.bar.close()
+    return [PredictProgress()]
 
 
 def retriever_rankings(encoder: Any, data: RetrievalData, depth: int = 100,
                        batch_size: int = 64) -> list[list[int]]:
     """Corpus rows best first per query, by the bi-encoder's cosine similarity."""
-    q, c = embed(encoder, data.queries, batch_size), embed(encoder, data.corpus, batch_size)
+    q = embed(encoder, data.queries, batch_size, desc="dev: encoding queries")
+    c = embed(encoder, data.corpus, batch_size, desc="dev: encoding passages")
     return np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :depth].tolist()
 
 
@@ -225,8 +248,10 @@ def reranker_scores(reranker: Any, data: RetrievalData, first: Any,
     first = np.asarray(first)
     queries = [q for q, rows in zip(data.queries, first) for _ in rows]
     passages = [data.corpus[r] for rows in first for r in rows]
-    logits = np.asarray(reranker.predict((queries, passages), batch_size=batch_size,
-                                         verbose=0), np.float64)
+    logits = np.asarray(reranker.predict(
+        (queries, passages), batch_size=batch_size, verbose=0,
+        callbacks=_predict_progress("dev: reranking", len(queries), batch_size, "pair")),
+        np.float64)
     return (logits[:, 1] - logits[:, 0]).reshape(len(first), -1)
 
 
@@ -262,9 +287,10 @@ def _dev_scores(evaluate: Any) -> Any:
 def _keep_best(model: Any, evaluate: Any, save: Any, epochs: int, fit: Any,
                verbose: bool, log_dir: str | os.PathLike | None = None,
                ) -> tuple[int, dict, list, float, list]:
-    """Runs `fit(epoch, callbacks)` per epoch, scoring with `evaluate(model)` at its end, and
-    saves the best. Returns the best epoch, its scores, the history, the training seconds and
-    the curve's points (`kbert.curves.Recorder`)."""
+    """Runs `fit(epoch, callbacks)` per epoch (with a progress bar over its batches where
+    `verbose`), scoring with `evaluate(model)` at its end, and saves the best. Returns the
+    best epoch, its scores, the history, the training seconds and the curve's points
+    (`kbert.curves.Recorder`)."""
     import keras
 
     from kbert import curves  # Keras, on use
@@ -276,7 +302,9 @@ def _keep_best(model: Any, evaluate: Any, save: Any, epochs: int, fit: Any,
     seconds = 0.0
     for epoch in range(1, epochs + 1):
         start = time.perf_counter()
-        logs = fit(epoch, callbacks)
+        bar = [progress.fit_callback(f"training (epoch {epoch}/{epochs})"
+                                     if epochs > 1 else "training")] if verbose else []
+        logs = fit(epoch, callbacks + bar)      # the bar last: its logs hold the dev scores
         scores = scorer.scores
         spent = time.perf_counter() - start - scorer.seconds
         seconds += spent
@@ -288,9 +316,9 @@ def _keep_best(model: Any, evaluate: Any, save: Any, epochs: int, fit: Any,
             save(history)
         if verbose:
             shown = ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
-            print(f"epoch {epoch}/{epochs}: loss {history[-1]['loss']:.4f}, {spent:.0f}s"
-                  f"{', dev ' + shown if shown else ''}{' (best, saved)' if improved else ''}",
-                  flush=True)
+            progress.echo(f"epoch {epoch}/{epochs}: loss {history[-1]['loss']:.4f}, "
+                          f"{spent:.0f}s{', dev ' + shown if shown else ''}"
+                          f"{' (best, saved)' if improved else ''}")
     return best[0], best[1], history, seconds, recorder.points
 
 
@@ -365,7 +393,7 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
 
     def fit(epoch: int, callbacks: list) -> dict:
         return encoder.fit(x=x, batch_size=batch_size, epochs=epoch, initial_epoch=epoch - 1,
-                           callbacks=callbacks, verbose=2 if verbose else 0).history
+                           callbacks=callbacks, verbose=0).history
 
     def save(history: list) -> None:
         encoder.save_checkpoint(output, dtype=save_dtype, model_card=_card(
@@ -423,7 +451,7 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
     def fit(epoch: int, callbacks: list) -> dict:
         return reranker.fit(x=(queries, passages), y=labels, batch_size=batch_size,
                             epochs=epoch, initial_epoch=epoch - 1, callbacks=callbacks,
-                            verbose=2 if verbose else 0).history
+                            verbose=0).history
 
     def save(history: list) -> None:
         reranker.save_checkpoint(output, dtype=save_dtype, model_card=_card(

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kbert import outputs
+from kbert import outputs, progress
 from kbert.checkpoint_format import WEIGHTS_FILE
 from kbert.runtime import graph_io
 from kbert.runtime.kinds import EMBED_KINDS, HEAD_KINDS, Kind, input_names, kind_name
@@ -278,7 +278,8 @@ def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
            dtype: str = "float32", kinds: Iterable[Kind] | None = None,
            overwrite: bool = False) -> str:
     """Writes an export directory (see the module docstring) for `kbert.load(output)`.
-    `overwrite` replaces an export or checkpoint already at `output` (`kbert.outputs`).
+    `overwrite` replaces an export or checkpoint already at `output` (`kbert.outputs`). A
+    progress bar counts the steps (copying, making the graphs, quantizing, describing them).
 
     The checkpoint's files are copied beside the graphs, so the directory is also a checkpoint
     (the Keras runtime, fine-tuning and new passes still work from it).
@@ -291,16 +292,22 @@ def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
     with open(os.path.join(source, "config.json"), encoding="utf-8") as f:
         heads = sorted(json.load(f).get("heads", {}))
     kinds = list(kinds or default_kinds(heads))
-    with outputs.writing(output, "export", overwrite=overwrite) as tmp:
+    steps = 3 + (len(kinds) if dtype == "int8" else 0)
+    with outputs.writing(output, "export", overwrite=overwrite) as tmp, \
+            progress.bar(total=steps, desc="export: copying the checkpoint",
+                         unit="step") as shown:
         for name in sorted(outputs.own_files(source) - {MANIFEST, outputs.MARKER}):
             if os.path.isfile(os.path.join(source, name)):    # the checkpoint, not its graphs
                 shutil.copy2(os.path.join(source, name), os.path.join(tmp, name))
+        _step(shown, f"making the {fmt} graphs of {len(kinds)} passes")
         folder = os.path.join(tmp, fmt)
         _from_cache(source, folder, kinds, fmt)
         served = {kind: graph_path(folder, kind, fmt) for kind in kinds}
         if dtype == "int8":
             for kind, path in served.items():
+                _step(shown, f"quantizing {kind_name(kind)}")
                 served[kind] = quantize(fmt, path, int8_path(path))
+        _step(shown, "describing the graph files")
         manifest = {"format": fmt, "dtype": dtype, "kinds": [kind_name(k) for k in kinds],
                     "vocab_sha256": sha256_file(os.path.join(tmp, "vocab.txt")),
                     "heads": heads, "kbert_version": __version__,
@@ -309,7 +316,14 @@ def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
                                                  **describe_graph(path, fmt, kind)}
                                for kind, path in served.items()}}
         outputs.write_json(os.path.join(tmp, MANIFEST), manifest)
+        _step(shown, "done")
     return os.path.abspath(output)
+
+
+def _step(shown: Any, what: str) -> None:
+    """The last step done; `what` the next one (export's progress bar)."""
+    shown.set_description_str(f"export: {what}", refresh=False)
+    shown.update(1)
 
 
 def _describe_files(directory: str, fmt: str) -> dict[str, dict[str, Any]]:

@@ -44,7 +44,7 @@ from collections.abc import Collection, Sequence
 import keras
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import outputs
+from kbert import outputs, progress
 
 MAIN_ORDER = ("answer", "classify", "tag", "fill_mask", "next_sentence", "embed")
 HEAD_OF = {"fill_mask": "mlm", "next_sentence": "nsp", "answer": "span", "classify": "classifier",
@@ -96,7 +96,8 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
     options: the post-processing settings (`ExportOptions`; default: its defaults).
     dtype: the encoder's precision, "float32" (default), "bfloat16" or "auto" (bfloat16 where
         the CPU runs it natively); the heads and post-processing stay float32.
-    Returns the version directory.
+    Returns the version directory. A progress bar counts the steps (each signature traced,
+    the saving).
     """
     from kbert.runtime import resolve
     if dtype == "int8":
@@ -110,8 +111,11 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
         raise ExportError(f"version must be a positive integer, got {version}")
     _check_output(output, int(version), overwrite)
     if keras.backend.backend() != "tensorflow":
-        return _export_in_subprocess(checkpoint_dir, output, version, signatures, options,
-                                     dtype, overwrite)
+        with progress.bar(total=1, desc="export: in a TensorFlow process", unit="step") as shown:
+            path = _export_in_subprocess(checkpoint_dir, output, version, signatures, options,
+                                         dtype, overwrite)
+            shown.update(1)
+        return path
 
     ckpt = checkpoint_lib.load(checkpoint_dir, dtype=dtype, head_dtype="float32")
     available = signatures_for(ckpt.heads)
@@ -150,22 +154,28 @@ def _write(ckpt, names, output, version, options, overwrite):
     root.weights = sig.variables
     root.wordpiece = sig.tokenizer.graph.wordpiece            # its vocabulary table
     root.vocab = tf.saved_model.Asset(os.path.join(ckpt.path, "vocab.txt"))
+    traced = list(dict.fromkeys(n for name in names for n in (
+        [name] if name == "classify_pair" else [name, f"{name}_ids"])))
     functions = {}
-    for name in names:
-        functions[name] = sig.concrete(name)
-        ids_name = f"{name}_ids"
-        if name != "classify_pair" and ids_name not in functions:
-            functions[ids_name] = sig.concrete(ids_name)
-    functions["serving_default"] = functions[next(n for n in MAIN_ORDER if n in functions)]
+    with progress.bar(total=len(traced) + 1, desc=f"export: tracing {traced[0]}",
+                      unit="step") as shown:
+        for name in traced:
+            shown.set_description_str(f"export: tracing {name}", refresh=False)
+            functions[name] = sig.concrete(name)
+            shown.update(1)
+        functions["serving_default"] = functions[next(n for n in MAIN_ORDER if n in functions)]
 
-    target = os.path.join(os.path.abspath(output), str(version))
-    with outputs.Output(target, "saved_model", overwrite=overwrite) as out:
-        tmp = out.staging()             # `.<version>.kbert-new-*`: not numeric, Serving skips it
-        tf.saved_model.save(root, tmp, signatures=functions)
-        os.makedirs(os.path.join(tmp, "assets.extra"))
-        with open(os.path.join(tmp, "assets.extra", "export_options.json"), "w") as f:
-            json.dump(dataclasses.asdict(options), f, indent=2)
-        return out.commit(tmp)
+        shown.set_description_str("export: saving", refresh=False)
+        target = os.path.join(os.path.abspath(output), str(version))
+        with outputs.Output(target, "saved_model", overwrite=overwrite) as out:
+            tmp = out.staging()         # `.<version>.kbert-new-*`: not numeric, Serving skips it
+            tf.saved_model.save(root, tmp, signatures=functions)
+            os.makedirs(os.path.join(tmp, "assets.extra"))
+            with open(os.path.join(tmp, "assets.extra", "export_options.json"), "w") as f:
+                json.dump(dataclasses.asdict(options), f, indent=2)
+            path = out.commit(tmp)
+        shown.update(1)
+    return path
 
 
 # Runs `export` in a TensorFlow-backend interpreter: arguments as JSON in, the path or

@@ -155,3 +155,55 @@ def test_index_commands_take_the_runtime_and_dtype(files, encoder, capsys, tmp_p
         assert [h["score"] for h in hits] == pytest.approx([w["score"] for w in want], abs=1e-4)
     err = _error(capsys, "index", "search", out, "q", "--runtime", "onnx", "--dtype", "bfloat16")
     assert err.startswith("kbert index: error: ONNX Runtime has no bfloat16")
+
+
+def _progress_lines(err):
+    """The progress lines of a command's stderr: 'DESC: N/N UNIT (100%), ... left, ...'."""
+    return [line for line in err.splitlines() if " elapsed" in line]
+
+
+def test_index_build_and_evaluate_show_progress_on_stderr_unless_quiet(files, encoder, capsys):
+    """Encoding shows a count, a rate and the time left on stderr (a line at the start and at
+    the end where stderr is not a terminal); --quiet none; stdout is the same either way."""
+    build = ["index", "build", str(files / "a.jsonl"), str(files / "b.csv"), "--text-column",
+             "body", "--model", encoder.checkpoint.path, "--output", str(files / "idx"),
+             "--batch-size", "1", "--overwrite"]
+    assert cli.main(build) == 0
+    shown = capsys.readouterr()
+    lines = _progress_lines(shown.err)
+    assert lines[0].startswith("encoding passages: 0/6 passage")
+    assert lines[-1].startswith("encoding passages: 6/6 passage (100%)") and " left" in lines[-1]
+    assert cli.main(build + ["--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and quiet.out == shown.out
+    assert cli.main(["index", "add", str(files / "idx"), str(files / "long.txt"),
+                     "--batch-size", "1"]) == 0
+    assert "encoding passages: 5/5 passage (100%)" in capsys.readouterr().err
+
+    data = files / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"query": q, "positive": p}) for q, p in
+                              [("who bought milk ?", PASSAGES[0]), ("a cat", PASSAGES[1])]))
+    evaluate = ["evaluate", "retrieve", "--model", encoder.checkpoint.path, "--data", str(data),
+                "--batch-size", "1"]
+    assert cli.main(evaluate) == 0
+    shown = capsys.readouterr()
+    ends = [line.split(",")[0] for line in _progress_lines(shown.err) if "(100%)" in line]
+    assert ends == ["encoding passages: 2/2 passage (100%)",
+                    "encoding queries: 2/2 query (100%)"]
+    assert cli.main(evaluate + ["--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and quiet.out == shown.out
+
+
+def test_evaluate_rerank_shows_its_queries_on_stderr(tmp_path, cross_encoders, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"query": q, "positive": p}) for q, p in
+                              [("who bought milk ?", PASSAGES[0]), ("a cat", PASSAGES[1])]))
+    evaluate = ["evaluate", "rerank", "--model", cross_encoders["nsp"].checkpoint.path,
+                "--data", str(data), "--candidates", "2"]
+    assert cli.main(evaluate) == 0
+    shown = capsys.readouterr()
+    assert _progress_lines(shown.err)[-1].startswith("reranking: 2/2 query (100%)")
+    assert cli.main(evaluate + ["--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and quiet.out == shown.out

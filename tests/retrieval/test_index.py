@@ -230,8 +230,8 @@ def test_non_finite_vectors_are_refused(encoder, tmp_path, monkeypatch):
         Index.load(tmp_path / "idx")
     real = encoder_lib.embed
 
-    def broken(model, texts, batch_size):
-        out = real(model, texts, batch_size)
+    def broken(model, texts, batch_size, **options):
+        out = real(model, texts, batch_size, **options)
         out[-1] = np.inf
         return out
     monkeypatch.setattr(encoder_lib, "embed", broken)

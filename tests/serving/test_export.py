@@ -372,3 +372,20 @@ def test_other_backend_export_errors_come_back_as_one_line(tmp_path, exported):
     err = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(err) == 1 and "no 'span' head" in err[0], done.stderr
     assert not (tmp_path / "sm" / "1").exists()
+
+
+def test_export_shows_its_steps_on_stderr_unless_quiet(tmp_path, capsys):
+    """Each signature traced, then the saving: a count of the steps and the time left on
+    stderr; --quiet none; stdout the same."""
+    from helpers import save_tiny_encoder
+    from kbert import cli
+    ckpt = save_tiny_encoder(tmp_path / "encoder", tiny_vocab(size=120))
+    command = ["export", ckpt, "--output", str(tmp_path / "sm"), "--overwrite"]
+    assert cli.main(command) == 0
+    shown = capsys.readouterr()
+    lines = shown.err.strip().splitlines()
+    assert lines[0].startswith("export: tracing embed: 0/3 step (0%)")
+    assert lines[-1].startswith("export: saving: 3/3 step (100%)") and " left" in lines[-1]
+    assert cli.main(command + ["--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and quiet.out == shown.out
