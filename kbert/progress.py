@@ -1,9 +1,9 @@
 """Progress of long work on stderr: a count, a rate and the time left, drawn by tqdm.
 
-On a terminal a bar is redrawn in place. Elsewhere (a log file, a CI job, a pipe) each update is a
-line of its own, one at the start, one at least every 30 s while the work goes on and one at the
-end, so a log shows that a run is alive and how long it has left. The `kbert` command shows
-progress unless `--quiet` is given; in Python it shows on a terminal only, and `show(True)` or
+On a terminal a bar is redrawn in place. Elsewhere (a log file, a CI job, a pipe) each update
+is a line of its own, one at least every 30 s while the work goes on and one at the end, so a
+log shows that a run is alive and how long it has left. The `kbert` command shows progress
+unless `--quiet` is given; in Python it shows on a terminal only, and `show(True)` or
 `show(False)` decides for the process.
 
 Example:
@@ -53,15 +53,30 @@ def terminal(stream: IO[str]) -> bool:
 
 
 class _Lines:
-    """tqdm's file where the bar cannot be redrawn: each refresh becomes a line of its own."""
+    """tqdm's file where the bar cannot be redrawn: each refresh becomes a line of its own,
+    but for the first (tqdm draws the bar as it is made, at 0): a quick command's log gets
+    its last line only, and a bad input's error stays the one line it ends with."""
 
     def __init__(self, stream: IO[str]):
         self.stream = stream
+        self.drawn = 0
 
     def write(self, text: str) -> None:
         text = text.replace("\r", "").strip()
         if text:
-            self.stream.write(text + "\n")
+            self.drawn += 1
+            if self.drawn > 1:
+                self.stream.write(text + "\n")
+
+
+class _Bar(tqdm):
+    """tqdm, but a bar that an error ends (an exception through its `with`) is cleared, not
+    left: the error's line is what the output ends with."""
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        if exc_type is not None:
+            self.leave = False
+        super().__exit__(exc_type, exc_value, traceback)
 
     def flush(self) -> None:
         self.stream.flush()
@@ -83,7 +98,7 @@ def bar(iterable: Iterable[Any] | None = None, *, total: float | None = None,
         options = dict(file=_Lines(stream), mininterval=LOG_INTERVAL, maxinterval=LOG_INTERVAL,
                        bar_format=_LOG_FORMAT if total else _LOG_FORMAT_OPEN)
     options.update(kwargs)
-    return tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=leave,
+    return _Bar(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=leave,
                 disable=not shown(), **options)
 
 

@@ -437,15 +437,15 @@ def test_targets_of_each_pretraining_objective():
 
 
 def test_progress_counts_the_input_bytes_on_stderr_unless_quiet(corpus, tmp_path, capsys):
-    """A bar over the input's bytes (the documents beside it): its first and last lines where
-    stderr is not a terminal; --quiet none; stdout the same."""
+    """A bar over the input's bytes (the documents beside it): its last line where stderr is
+    not a terminal and the run is quick; --quiet none; stdout the same."""
     paths, vocab = corpus
     command = ["--input", *paths, "--vocab", vocab, "--max-seq-length", "32", "--block-size",
                "20", "--workers", "1"]
     code, out, err = run(capsys, *command, "--output", str(tmp_path / "o"))
     assert code == 0, err
     lines = err.strip().splitlines()
-    assert re.match(r"input: 0\.00/\S+ B \(0%\)", lines[0]), lines
+    assert len(lines) == 1, lines
     last = re.match(r"input: (\S+)/(\S+) B \(100%\), .* elapsed, .* left, .*, (\d+) documents$",
                     lines[-1])
     assert last and last[1] == last[2] and last[3] == out.split()[1], lines

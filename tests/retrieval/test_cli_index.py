@@ -163,15 +163,16 @@ def _progress_lines(err):
 
 
 def test_index_build_and_evaluate_show_progress_on_stderr_unless_quiet(files, encoder, capsys):
-    """Encoding shows a count, a rate and the time left on stderr (a line at the start and at
-    the end where stderr is not a terminal); --quiet none; stdout is the same either way."""
+    """Encoding shows a count, a rate and the time left on stderr (where stderr is not a
+    terminal: a line every 30 s and one at the end); --quiet none; stdout is the same either
+    way."""
     build = ["index", "build", str(files / "a.jsonl"), str(files / "b.csv"), "--text-column",
              "body", "--model", encoder.checkpoint.path, "--output", str(files / "idx"),
              "--batch-size", "1", "--overwrite"]
     assert cli.main(build) == 0
     shown = capsys.readouterr()
     lines = _progress_lines(shown.err)
-    assert lines[0].startswith("encoding passages: 0/6 passage")
+    assert len(lines) == 1, shown.err                      # a quick run: its last line only
     assert lines[-1].startswith("encoding passages: 6/6 passage (100%)") and " left" in lines[-1]
     assert cli.main(build + ["--quiet"]) == 0
     quiet = capsys.readouterr()
