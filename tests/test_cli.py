@@ -12,8 +12,10 @@ from kbert import cli
 
 
 def _error(capsys, *argv, code=2):
+    """The one line of an error on stderr, after any progress a command showed before it."""
     assert cli.main(list(argv)) == code
-    err = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in capsys.readouterr().err.strip().splitlines()
+           if " elapsed, " not in line]
     assert len(err) == 1, err
     return err[0]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from kbert import progress
 from kbert.cli.common import (
     CliError,
     add_overwrite,
@@ -41,8 +42,9 @@ def run_build_vocab(args: argparse.Namespace) -> None:
     check_output_file(args.output, args.overwrite)
     sentences = (s for document in read_documents(args.input, args.input_format)
                  for s in document)
-    vocab = build_vocab(sentences, args.vocab_size, lower_case=not args.cased,
-                        num_unused=args.num_unused)
+    with progress.bar(sentences, desc="build-vocab: counting words", unit="sentence") as read:
+        vocab = build_vocab(read, args.vocab_size, lower_case=not args.cased,
+                            num_unused=args.num_unused)
     write_vocab(vocab, args.output)                 # atomically, with the user's modes
     print(f"wrote {args.output}: {len(vocab)} tokens (--vocab-size {args.vocab_size} is the most)")
 
