@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "their defaults and examples.")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (also: KBERT_DEBUG=1)")
+    parser.set_defaults(quiet=False)           # `--quiet` itself belongs to each command
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (convert.add_convert, data.add_build_vocab, data.add_create_pretraining_data,
                 pretrain.add_pretrain, data.add_data_service, finetune.add_finetune,
@@ -132,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (as argparse does for bad arguments); the traceback only with --debug or KBERT_DEBUG=1."""
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("KBERT_DEBUG", "") not in ("", "0")
-    progress.show(not getattr(args, "quiet", False))
+    progress.show(not args.quiet)
     if os.environ.get("KERAS_BACKEND") == "jax":        # a second run compiles nothing
         from kbert.models.compilation import enable_persistent_cache
         enable_persistent_cache()
