@@ -58,7 +58,7 @@ def length_batches(lengths: np.ndarray | Sequence[int], batch_size: int, bucket:
     return out
 
 
-def distinct_batches(lengths: Sequence[int], keys: Sequence[Any], batch_size: int,
+def distinct_batches(lengths: Sequence[int], keys: Sequence[Any] | np.ndarray, batch_size: int,
                      seed: int = 0, pool: int = 50,
                      join_single: bool = False) -> list[np.ndarray]:
     """Index arrays, one per batch, for training with in-batch negatives: a shuffled order,
