@@ -75,7 +75,7 @@ class InputReport:
                          for path, n in self.replaced.items())
 
 
-def check_inputs(paths: Sequence[str]) -> None:
+def check_inputs(paths: Sequence[str | os.PathLike]) -> None:
     """Fail early, naming the file, when an input is missing or not a file."""
     if not paths:
         raise ValueError("no input files given")
