@@ -31,7 +31,7 @@ _OPENERS = "\"'\u201c\u2018([\u00ab"
 _DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")
 
 
-def _is_boundary(text, match):
+def _is_boundary(text: str, match: re.Match[str]) -> bool:
     rest = text[match.end():].lstrip(_OPENERS)
     if not rest or rest[0].islower():
         return False
@@ -66,9 +66,9 @@ def split_sentences(paragraph: str) -> list[str]:
 class InputReport:
     """What reading found: documents, and bytes that were not UTF-8 (replaced by U+FFFD)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.documents = 0
-        self.replaced = {}   # file → number of undecodable byte sequences replaced
+        self.replaced: dict[str, int] = {}   # file → number of undecodable byte sequences replaced
 
     def summary(self) -> str:
         return "; ".join(f"{path}: {n} undecodable byte(s) replaced"
@@ -91,7 +91,7 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> None:
 MAX_NON_TEXT_SHARE = 0.05
 
 
-def _read_text(path, report):
+def _read_text(path: str, report: InputReport) -> str:
     with open(path, "rb") as f:
         data = f.read()
     text = data.decode("utf-8", errors="replace")
