@@ -1,14 +1,19 @@
 """Package attributes that import their module on first use (PEP 562), for `__init__.py`s."""
 
+from __future__ import annotations
+
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 
-def lazy_attributes(namespace: dict, names: dict[str, str]):
+def lazy_attributes(namespace: dict[str, Any], names: dict[str, str]
+                    ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """(`__getattr__`, `__dir__`) for the package whose `globals()` is `namespace`: each public
     name in `names` ({name: module}) imports its module when first read, then stays."""
     package = namespace["__name__"]
 
-    def __getattr__(name):
+    def __getattr__(name: str) -> Any:
         if name in names:
             module = importlib.import_module(names[name])
             # a subpackage listed under its own name is the module itself
@@ -17,6 +22,6 @@ def lazy_attributes(namespace: dict, names: dict[str, str]):
             return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
-    def __dir__():
+    def __dir__() -> list[str]:
         return sorted(list(namespace) + list(names))
     return __getattr__, __dir__

@@ -14,12 +14,17 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 from keras import ops
 
 from kbert.hints import Tensor
+
+if TYPE_CHECKING:   # type-only: the mixins below are Keras optimizers to the type checker
+    from keras.optimizers import Optimizer as _Optimizer
+else:
+    _Optimizer = object
 
 # Keras privates this module still uses, each where Keras has no public counterpart:
 # - `_clip_gradients` (`_ClipAcrossReplicas`): the one hook between the gradients and the update;
@@ -55,7 +60,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     [0.0, 5e-05, 0.0001, 5e-05, 0.0, 0.0]
     """
 
-    def __init__(self, peak_learning_rate, total_steps, warmup_steps=0, end_learning_rate=0.0):
+    def __init__(self, peak_learning_rate: float, total_steps: int, warmup_steps: int = 0,
+                 end_learning_rate: float = 0.0) -> None:
         if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
             raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps "
                              f"({total_steps}) and total_steps > 0")
@@ -64,7 +70,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(warmup_steps)
         self.end_learning_rate = float(end_learning_rate)
 
-    def __call__(self, step):
+    def __call__(self, step: Tensor) -> Tensor:
         step = ops.cast(step, "float32")
         peak, end = self.peak_learning_rate, self.end_learning_rate
         warmup = peak * step / max(self.warmup_steps, 1)
@@ -77,7 +83,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "warmup_steps": self.warmup_steps, "end_learning_rate": self.end_learning_rate}
 
 
-class _ClipAcrossReplicas:
+class _ClipAcrossReplicas(_Optimizer):
     """Clips the global norm of the gradient summed over replicas (Keras clips each replica's
     own part under a `tf.distribute` strategy, which changes the update with the device count).
 
@@ -86,7 +92,7 @@ class _ClipAcrossReplicas:
     PyTorch clip in their own ops (`_tf_clip_by_global_norm`, `_torch_clip_by_global_norm`).
     """
 
-    def _clip_gradients(self, grads):
+    def _clip_gradients(self, grads: list[Tensor]) -> list[Tensor]:
         backend = keras.backend.backend()
         if (backend not in ("tensorflow", "torch") or not self.global_clipnorm or self.clipnorm
                 or any(g is None for g in grads)):
@@ -103,7 +109,7 @@ class _ClipAcrossReplicas:
         return [g / replicas for g in grads] if replicas > 1 else grads
 
 
-def _tf_clip_by_global_norm(grads, clip_norm):
+def _tf_clip_by_global_norm(grads: list[Tensor], clip_norm: float) -> list[Tensor]:
     """Keras' global-norm clipping (`clip_by_global_norm` in keras/src/optimizers/
     base_optimizer.py) on dense TensorFlow gradients, each squared norm in one pass (`L2Loss`,
     ½·Σg², where Keras squares into a copy and sums it). A non-finite norm makes every gradient
@@ -115,7 +121,7 @@ def _tf_clip_by_global_norm(grads, clip_norm):
     return [g * tf.cast(scale, g.dtype) for g in grads]
 
 
-def _torch_clip_by_global_norm(grads, clip_norm):
+def _torch_clip_by_global_norm(grads: list[Tensor], clip_norm: float) -> list[Tensor]:
     """Keras' global-norm clipping (`clip_by_global_norm` in keras/src/optimizers/
     base_optimizer.py) in `torch._foreach_*` ops: one norm and one scaling over all gradients
     instead of three ops per gradient. A non-finite norm makes every gradient NaN, as there.
@@ -128,21 +134,21 @@ def _torch_clip_by_global_norm(grads, clip_norm):
     return torch._foreach_mul(grads, scale)
 
 
-class _DecayDecidedOnce:
+class _DecayDecidedOnce(_Optimizer):
     """Decides which variables get weight decay once, when the optimizer is built, and only
     looks the decision up at each step: Keras matches its exclusion pattern against the name of
     every variable at every step (`_use_weight_decay`), which `torch.compile` cannot trace."""
 
-    def build(self, variables):
+    def build(self, variables: Sequence[keras.Variable]) -> None:
         super().build(variables)
         self._decays = tuple(super(_DecayDecidedOnce, self)._use_weight_decay(v)
                              for v in variables)
 
-    def _use_weight_decay(self, variable):
-        decays = getattr(self, "_decays", None)
+    def _use_weight_decay(self, variable: keras.Variable) -> bool:
+        decays: tuple[bool, ...] | None = getattr(self, "_decays", None)
         index = (self._trainable_variables_indices.get(self._var_key(variable))
                  if decays is not None else None)
-        if index is None:           # not built yet, or not one of this optimizer's variables
+        if index is None or decays is None:   # not built yet, or not one of its variables
             return super()._use_weight_decay(variable)
         return decays[index]
 
@@ -168,6 +174,9 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
     0.05
     """
 
+    # `_tf_step_scalars`' [(learning_rate, dtype, scalars)], during a TensorFlow update only
+    _tf_scalars: list[tuple[Tensor, Any, dict[str, Tensor]]] | None
+
     def update_step(self, gradient: Tensor, variable: keras.Variable,
                     learning_rate: Tensor) -> None:
         if keras.backend.backend() == "tensorflow" and not self.amsgrad:
@@ -175,7 +184,7 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
         else:
             self.portable_update_step(gradient, variable, learning_rate)
 
-    def _apply_weight_decay(self, variables):
+    def _apply_weight_decay(self, variables: Sequence[keras.Variable]) -> None:
         if keras.backend.backend() == "tensorflow" and self.weight_decay:
             _tf_apply_weight_decay(self, variables)
         else:
@@ -204,7 +213,9 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
         self.assign_sub(variable, ops.divide(ops.multiply(m_hat, lr),
                                              ops.add(ops.sqrt(v_hat), self.epsilon)))
 
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    def _backend_update_step(self, grads: list[Tensor],
+                             trainable_variables: list[keras.Variable],
+                             learning_rate: Tensor) -> None:
         backend = keras.backend.backend()
         if backend == "torch" and not self.amsgrad:
             _torch_adam_update(self, grads, trainable_variables, learning_rate)
@@ -218,7 +229,8 @@ class AdamW(_DecayDecidedOnce, _ClipAcrossReplicas, keras.optimizers.AdamW):
             super()._backend_update_step(grads, trainable_variables, learning_rate)
 
 
-def _tf_adam_update(optimizer, gradient, variable, learning_rate):
+def _tf_adam_update(optimizer: AdamW, gradient: Tensor, variable: keras.Variable,
+                    learning_rate: Tensor) -> None:
     """`AdamW.update_step` in TensorFlow's fused Adam kernel (`ResourceApplyAdam`, what
     `tf.compat.v1.train.AdamOptimizer` runs): one pass over the variable and its moments
     instead of a dozen ops, each a pass, and a dozen fewer ops per variable for the first trace
@@ -239,7 +251,7 @@ def _tf_adam_update(optimizer, gradient, variable, learning_rate):
         grad=tf.cast(tf.convert_to_tensor(gradient), var.dtype))
 
 
-def _tf_step_scalars(optimizer, learning_rate, dtype):
+def _tf_step_scalars(optimizer: AdamW, learning_rate: Tensor, dtype: Any) -> dict[str, Tensor]:
     """`ResourceApplyAdam`'s scalar arguments for this update, made once per update and dtype
     and shared by all its variables (made per variable they were a third of a traced training
     step's ops: a MiniLM classifier has 81 variables). Kept only during an update
@@ -262,7 +274,7 @@ def _tf_step_scalars(optimizer, learning_rate, dtype):
     return scalars
 
 
-def _tf_apply_weight_decay(optimizer, variables):
+def _tf_apply_weight_decay(optimizer: AdamW, variables: Sequence[keras.Variable]) -> None:
     """Keras' TensorFlow weight decay (keras/src/backend/tensorflow/optimizer.py) as one
     product per variable, θ ← θ·(1 − lr·wd), what Keras' torch optimizer and PyTorch's AdamW
     compute: Keras evaluates the learning-rate schedule for each variable and takes
@@ -278,7 +290,8 @@ def _tf_apply_weight_decay(optimizer, variables):
             factors[variable.dtype] = 1 - ops.cast(learning_rate, variable.dtype) * ops.cast(
                 o.weight_decay, variable.dtype)
 
-    def decay(distribution, decayed, factors):      # per device under a strategy
+    def decay(distribution: Any, decayed: list[keras.Variable],
+              factors: dict[Any, Tensor]) -> None:      # per device under a strategy
         for variable in decayed:
             var = variable.value if isinstance(variable, keras.Variable) else variable
             distribution.extended.update(var, lambda v, factor: v.assign(v * factor),
@@ -288,7 +301,8 @@ def _tf_apply_weight_decay(optimizer, variables):
                                                         decayed, factors)
 
 
-def _torch_adam_update(optimizer, grads, variables, learning_rate):
+def _torch_adam_update(optimizer: AdamW, grads: list[Tensor], variables: list[keras.Variable],
+                       learning_rate: Tensor) -> None:
     """`AdamW.update_step` for all variables at once, in PyTorch's fused Adam kernel (what
     `torch.optim.AdamW(fused=True)` runs, on a CPU as on a GPU): one pass over each variable
     and its moments instead of the nine of `torch._foreach_*` ops (a `mini` pretraining step's

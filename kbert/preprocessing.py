@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -62,7 +63,7 @@ class BertPreprocessor(keras.layers.Layer):
 
     def __init__(self, vocab: list | str, lower_case: bool = True, max_seq_length: int = 128,
                  labels: list | None = None, pad_to_multiple_of: int = PAD_TO_MULTIPLE,
-                 **kwargs):
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tokenizer = Tokenizer(vocab, lower_case=lower_case)
         self.max_seq_length = int(max_seq_length)
@@ -74,7 +75,7 @@ class BertPreprocessor(keras.layers.Layer):
                 tf.constant(self.labels), tf.range(len(self.labels), dtype=tf.int32)), -1)
         self.built = True
 
-    def __call__(self, x, y=None, sample_weight=None):
+    def __call__(self, x: Raw, y: Raw = None, sample_weight: Raw = None) -> Any:
         # TensorFlow in, TensorFlow out on every backend: Keras' conversion of the inputs to
         # backend tensors (no strings on JAX or PyTorch) is skipped.
         return self.call(x, y, sample_weight)
@@ -90,16 +91,16 @@ class BertPreprocessor(keras.layers.Layer):
         return t.cls_id, t.sep_id, t.pad_id
 
     # --- the layer -------------------------------------------------------------------------
-    def _tokenize(self, texts):
+    def _tokenize(self, texts: Raw) -> Tensor:
         return self.tokenizer.tokenize(tf.reshape(tf.convert_to_tensor(texts, tf.string), [-1]))
 
-    def _pack(self, first, second=None):
+    def _pack(self, first: Raw, second: Raw = None) -> dict[str, Tensor]:
         features = pack(self.special, self._tokenize(first),
                         None if second is None else self._tokenize(second), self.max_seq_length)
         return pad_to_multiple(features, self.pad_to_multiple_of, self.max_seq_length,
                                self.tokenizer.pad_id)
 
-    def _label_ids(self, y):
+    def _label_ids(self, y: Raw) -> Any:
         if y is None or not isinstance(y, (tf.Tensor, np.ndarray, list)):
             return y
         y = tf.convert_to_tensor(y)
@@ -186,12 +187,14 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
 
     labels: list[str]      # required here (the base class allows None)
 
-    def __init__(self, vocab, lower_case=True, max_seq_length=128, labels=None, **kwargs):
+    def __init__(self, vocab: list | str, lower_case: bool = True, max_seq_length: int = 128,
+                 labels: list | None = None, **kwargs: Any) -> None:
         if not labels:
             raise ValueError("token classification needs `labels` (the tag names, 'O' first)")
         super().__init__(vocab, lower_case, max_seq_length, labels, **kwargs)
 
-    def _encode(self, words, splits, tags, has_tags):
+    def _encode(self, words: Tensor, splits: Tensor, tags: Tensor,
+                has_tags: Tensor) -> tuple[np.ndarray, ...]:
         words = [w.decode("utf-8") for w in words.numpy()]
         tags = tags.numpy()
         if bool(has_tags.numpy()):
@@ -249,9 +252,9 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
     `[CLS]`). Targets are `{"start_logits", "end_logits"}` token positions.
     """
 
-    def __init__(self, vocab, lower_case=True, max_seq_length=384, labels=None,
-                 doc_stride: int = squad.DOC_STRIDE,
-                 max_query_length: int = squad.MAX_QUERY_LENGTH, **kwargs):
+    def __init__(self, vocab: list | str, lower_case: bool = True, max_seq_length: int = 384,
+                 labels: list | None = None, doc_stride: int = squad.DOC_STRIDE,
+                 max_query_length: int = squad.MAX_QUERY_LENGTH, **kwargs: Any) -> None:
         super().__init__(vocab, lower_case, max_seq_length, None, **kwargs)
         self.doc_stride, self.max_query_length = int(doc_stride), int(max_query_length)
 
@@ -259,7 +262,8 @@ class BertQuestionAnswererPreprocessor(BertPreprocessor):
         return {**super().get_config(), "doc_stride": self.doc_stride,
                 "max_query_length": self.max_query_length}
 
-    def _encode(self, questions, contexts, starts, texts, has_answers):
+    def _encode(self, questions: Tensor, contexts: Tensor, starts: Tensor, texts: Tensor,
+                has_answers: Tensor) -> tuple[np.ndarray, ...]:
         training = bool(has_answers.numpy())
         examples = []
         for i, (q, c) in enumerate(zip(questions.numpy(), contexts.numpy())):
@@ -346,7 +350,7 @@ class BertBiEncoderPreprocessor(BertPreprocessor):
         epoch = [int(np.random.randint(2 ** 31)) if seed is None else seed]
         join_single = len(columns) == 2     # without negatives, one pair alone learns nothing
 
-        def generate():
+        def generate() -> Iterator[tuple[tuple[np.ndarray, ...]]]:
             epoch[0] += 1
             for rows in batching.distinct_batches(lengths, columns[1], batch_size, epoch[0],
                                                   join_single=join_single):
@@ -401,30 +405,30 @@ def pad_to_multiple(features: dict[str, Tensor], multiple: int, max_width: int,
     return out
 
 
-def _ragged(values, dtype=None):
+def _ragged(values: Raw, dtype: Any = None) -> Tensor:
     if isinstance(values, tf.RaggedTensor):
         return values
     values = tf.convert_to_tensor(values, dtype)
     return tf.RaggedTensor.from_tensor(values)
 
 
-def _all_strings(values):
+def _all_strings(values: Raw) -> bool:
     return all(isinstance(v, (str, bytes)) for v in values)
 
 
-def _check_lengths(*columns):
+def _check_lengths(*columns: Raw) -> None:
     sizes = {len(c) for c in columns if c is not None}
     if len(sizes) > 1:
         raise ValueError(f"inputs and labels have different numbers of examples: {sorted(sizes)}")
 
 
-def _is_features(x):
+def _is_features(x: Raw) -> bool:
     if isinstance(x, dict):
         return "input_ids" in x
     return isinstance(x, np.ndarray) and x.dtype.kind in "iu"
 
 
-def _to_tf(value):
+def _to_tf(value: Raw) -> Any:
     """Lists (ragged ones included) → tensors; tuples stay structure, as in tf.data."""
     if value is None:
         return None

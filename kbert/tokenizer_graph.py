@@ -9,7 +9,7 @@ this module is its TensorFlow half, so that a process that tokenizes with the Ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,16 +26,17 @@ _PRINTABLE_ASCII = r"[\t\n\r\x20-\x7e]*"    # nothing to normalize but the case
 _TEXTS = tf.TensorSpec([None], tf.string)
 _FEW = 16
 
-def _byte_length(strings):
+def _byte_length(strings: Tensor) -> Tensor:
     return tf.cast(tf.strings.length(strings, unit="BYTE"), tf.int64)
 
 
-def _rows(ragged):
+def _rows(ragged: Tensor) -> list[np.ndarray]:
     """A RaggedTensor [B, (N)] → B numpy rows (two transfers, not one per row)."""
     return _split(ragged.flat_values.numpy(), ragged.row_splits.numpy())
 
 
-def _merge(texts: Tensor, fast: tuple, exact: Tensor, slow) -> tuple:
+def _merge(texts: Tensor, fast: tuple[Tensor, ...], exact: Tensor,
+           slow: Callable[[Tensor], tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
     """Ragged rows [B, (n)]: `fast`'s where `exact`, the others from `slow(the other texts)`
     (a tuple like `fast`), in input order; merged in numpy (eager ragged ops cost ~30 ms)."""
     exact = exact.numpy()
@@ -79,10 +80,11 @@ class GraphWordPiece:
         self.wordpiece = tf_text.WordpieceTokenizer(
             table, token_out_type=tf.int64, unknown_token="[UNK]",
             max_bytes_per_word=4 * MAX_CHARS_PER_WORD)
-        self._compiled: dict = {}   # mask_literal -> tf.function over a batch of strings [B]
+        # mask_literal -> tf.function over a batch of strings [B]
+        self._compiled: dict[bool, Any] = {}
         # The ids-only route (see `kbert.tokenizer`); ids are line numbers, so a vocabulary
         # with a repeated token (the later line wins) stays on the offsets route.
-        self._fast_wordpiece = None if len(token_to_id) < len(vocab) else \
+        self._fast_wordpiece: Any = None if len(token_to_id) < len(vocab) else \
             tf_text.FastWordpieceTokenizer(
                 list(vocab), token_out_type=tf.int64, unknown_token="[UNK]",
                 no_pretokenization=False, support_detokenization=False,
@@ -118,23 +120,25 @@ class GraphWordPiece:
                 return _merge(texts, fast, exact, self._offsets_route)
         return self._tokenize_with_offsets(texts, mask_literal)
 
-    def _offsets_route(self, texts, mask_literal=False):
+    def _offsets_route(self, texts: Tensor,
+                       mask_literal: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         *values, splits = self._compiled_tokenize(mask_literal)(texts)
         return tuple(tf.RaggedTensor.from_row_splits(v, splits, validate=False) for v in values)
 
-    def _compiled_tokenize(self, mask_literal):
+    def _compiled_tokenize(self, mask_literal: bool) -> Any:
         """The offsets route as a concrete function: texts [B] → flat ids, starts, ends and
         their row splits [B + 1]."""
         fn = self._compiled.get(mask_literal)
         if fn is None:
-            def flat(texts):
+            def flat(texts: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
                 ids, starts, ends = self._tokenize_with_offsets(texts, mask_literal)
                 return ids.flat_values, starts.flat_values, ends.flat_values, ids.row_splits
             fn = tf.function(flat, input_signature=[_TEXTS]).get_concrete_function()
             self._compiled[mask_literal] = fn
         return fn
 
-    def _tokenize_with_offsets(self, texts, mask_literal):
+    def _tokenize_with_offsets(self, texts: Tensor,
+                               mask_literal: bool) -> tuple[Tensor, Tensor, Tensor]:
         words, word_starts, chars, norm = split_and_normalize(texts, self.lower_case, mask_literal)
         flat_words = words.flat_values                                             # [N]
         norm_words = tf.strings.reduce_join(chars.with_flat_values(norm), axis=-1)  # [N]
@@ -174,7 +178,7 @@ class GraphWordPiece:
         batch = tf.boolean_mask(tf.gather(words.value_rowids(), word), keep_piece)
         nrows = words.nrows()
 
-        def ragged(values):
+        def ragged(values: Tensor) -> Tensor:
             return tf.RaggedTensor.from_value_rowids(
                 tf.boolean_mask(tf.cast(values, tf.int64), keep_piece), batch, nrows=nrows)
         return ragged(ids), ragged(starts), ragged(ends)
@@ -191,14 +195,14 @@ class GraphWordPiece:
         # The texts that may hold a word over MAX_CHARS_PER_WORD: the offsets route, in place.
         return _merge(texts, (ids,), ~long_run, lambda rest: self._offsets_route(rest)[:1])[0]
 
-    def _ids_and_long_runs(self, texts):
+    def _ids_and_long_runs(self, texts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Texts [B] → the fast route's flat ids, their row splits [B + 1], and which texts
         hold a run long enough to need the offsets route."""
         texts = normalize_texts(texts, self.lower_case)
         ids = self._fast_wordpiece.tokenize(texts)
         return ids.flat_values, ids.row_splits, tf.strings.regex_full_match(texts, _LONG_RUN)
 
-    def _ascii_offsets(self, texts):
+    def _ascii_offsets(self, texts: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """Texts [B] → the fast route's flat ids, start and end byte offsets, their row splits
         [B + 1], and the texts it is exact for (printable ASCII without a long run)."""
         cased = tf.strings.lower(texts) if self.lower_case else texts

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ _NOT_BERT = ("embedding_size", "num_hidden_groups", "inner_group_num", "model_ty
 _ACTIVATIONS = {"gelu": "gelu_approximate", "relu": "relu", "tanh": "tanh"}
 
 
-def _is_optimizer_state(name):
+def _is_optimizer_state(name: str) -> bool:
     return (name in ("global_step", "beta1_power", "beta2_power")
             or name.endswith(("/adam_m", "/adam_v")))
 
@@ -65,9 +66,9 @@ def read_config(path: str) -> BertConfig:
         raise ValueError(f"{path}: {e}") from None
 
 
-def _heads(ckpt):
+def _heads(ckpt: CheckpointReader) -> dict[str, dict[str, Any]]:
     """{kbert head name: options} for the heads whose variables the checkpoint holds."""
-    heads = {}
+    heads: dict[str, dict[str, Any]] = {}
     if "cls/predictions/output_bias" in ckpt:
         heads["mlm"] = {}
     if "cls/seq_relationship/output_weights" in ckpt:
@@ -83,25 +84,25 @@ def _heads(ckpt):
 def convert_variables(ckpt: CheckpointReader, config: BertConfig,
                       heads: Mapping[str, dict]) -> tuple[Tensors, list[str]]:
     """{kbert key: array} from a reader holding google-research names; and the unused names."""
-    used = set()
+    used: set[str] = set()
 
-    def get(name):
+    def get(name: str) -> np.ndarray:
         used.add(name)
         return ckpt.get(name)
 
-    def dense(dst, src):
+    def dense(dst: str, src: str) -> None:
         out[f"{dst}/kernel"] = get(f"{src}/kernel")                    # already [in, out]
         out[f"{dst}/bias"] = get(f"{src}/bias")
 
-    def norm(dst, src):
+    def norm(dst: str, src: str) -> None:
         out[f"{dst}/gamma"] = get(f"{src}/gamma")
         out[f"{dst}/beta"] = get(f"{src}/beta")
 
-    def output_layer(dst, src):                                        # [units, H] → [H, units]
+    def output_layer(dst: str, src: str) -> None:                      # [units, H] → [H, units]
         out[f"{dst}/kernel"] = get(f"{src}output_weights").T
         out[f"{dst}/bias"] = get(f"{src}output_bias")
 
-    out = {}
+    out: Tensors = {}
     b, e = "backbone/", "bert/embeddings/"
     out[b + "embeddings/word_embeddings/embeddings"] = get(e + "word_embeddings")
     out[b + "embeddings/position_embeddings"] = get(e + "position_embeddings")

@@ -71,7 +71,7 @@ def read_state_dict(path: str) -> Tensors:
     return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
 
-def _vocab(directory):
+def _vocab(directory: str) -> list[str]:
     path = os.path.join(directory, "vocab.txt")
     if os.path.isfile(path):
         return read_vocab(path)
@@ -82,7 +82,7 @@ def _vocab(directory):
     raise FileNotFoundError(f"{directory}: no vocab.txt or tokenizer.json")
 
 
-def _lower_case(directory, vocab):
+def _lower_case(directory: str, vocab: list[str]) -> bool:
     """tokenizer_config.json's `do_lower_case`, else `guess_lower_case`."""
     path = os.path.join(directory, "tokenizer_config.json")
     if os.path.isfile(path):
@@ -92,9 +92,9 @@ def _lower_case(directory, vocab):
     return guess_lower_case(vocab, directory)
 
 
-def _head_kind(hf, state):
+def _head_kind(hf: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The task head(s) in the state dict: {kbert head name: options}."""
-    heads = {}
+    heads: dict[str, dict[str, Any]] = {}
     if "cls.predictions.transform.dense.weight" in state:
         heads["mlm"] = {}
     if "cls.seq_relationship.weight" in state:
@@ -144,24 +144,24 @@ def convert_state_dict(state: Tensors, config: BertConfig,
                                                                       "LayerNorm.bias"): v
              for k, v in state.items()}
     prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
-    used = set()
+    used: set[str] = set()
 
-    def get(name):
+    def get(name: str) -> np.ndarray:
         key = name if name.startswith(("cls.", "qa_outputs", "classifier")) else prefix + name
         if key not in state:
             raise ValueError(f"missing variable {key} in the source checkpoint")
         used.add(key)
         return np.asarray(state[key], dtype=np.float32)
 
-    def dense(dst, src):
+    def dense(dst: str, src: str) -> None:
         out[f"{dst}/kernel"] = get(f"{src}.weight").T               # torch [out, in] → [in, out]
         out[f"{dst}/bias"] = get(f"{src}.bias")
 
-    def norm(dst, src):
+    def norm(dst: str, src: str) -> None:
         out[f"{dst}/gamma"] = get(f"{src}.weight")
         out[f"{dst}/beta"] = get(f"{src}.bias")
 
-    out = {}
+    out: Tensors = {}
     b = "backbone/"
     out[b + "embeddings/word_embeddings/embeddings"] = get("embeddings.word_embeddings.weight")
     out[b + "embeddings/position_embeddings"] = get("embeddings.position_embeddings.weight")
@@ -302,13 +302,13 @@ def to_state_dict(tensors: Mapping[str, np.ndarray], config: BertConfig,
                   pooler: bool = True) -> Tensors:
     """{transformers name: array} from kbert checkpoint keys (the inverse of
     `convert_state_dict`); the tied MLM decoder is left to transformers to re-tie."""
-    out = {}
+    out: Tensors = {}
 
-    def dense(dst, src):
+    def dense(dst: str, src: str) -> None:
         out[f"{dst}.weight"] = tensors[f"{src}/kernel"].T              # [in, out] → [out, in]
         out[f"{dst}.bias"] = tensors[f"{src}/bias"]
 
-    def norm(dst, src):
+    def norm(dst: str, src: str) -> None:
         out[f"{dst}.weight"] = tensors[f"{src}/gamma"]
         out[f"{dst}.bias"] = tensors[f"{src}/beta"]
 

@@ -41,15 +41,16 @@ _KH_LAYER_NORM_EPSILON = 1e-12
 _KH_ACTIVATION = "gelu_approximate"
 
 
-def _to_numpy(variable):
+def _to_numpy(variable: Any) -> np.ndarray:
     return np.asarray(ops.convert_to_numpy(variable), dtype=np.float32)
 
 
-def _dense(key, layer, kbert_shape=None):
+def _dense(key: str, layer: Any,
+           kbert_shape: tuple[int, ...] | None = None) -> list[VariablePair]:
     return [(f"{key}/kernel", layer.kernel, kbert_shape), (f"{key}/bias", layer.bias, None)]
 
 
-def _norm(key, layer):
+def _norm(key: str, layer: Any) -> list[VariablePair]:
     return [(f"{key}/gamma", layer.gamma, None), (f"{key}/beta", layer.beta, None)]
 
 
@@ -95,7 +96,7 @@ def head_pairs(task: Any) -> tuple[str, list[VariablePair]]:
     return "classifier", _dense("classifier/dense", task.output_dense)
 
 
-def _mlm_options(task):
+def _mlm_options(task: Any) -> dict[str, Any]:
     head = task.masked_lm_head
     act = head.get_config().get("intermediate_activation")
     names = {"gelu": "gelu", "relu": "relu", "tanh": "tanh", "silu": "silu"}
@@ -104,7 +105,7 @@ def _mlm_options(task):
     return {"hidden_act": names[act], "layer_norm_epsilon": float(head.layer_norm_epsilon)}
 
 
-def _load_model(directory, src):
+def _load_model(directory: str, src: str) -> tuple[Any, Any]:
     """(backbone, task or None) from a preset directory with keras-hub."""
     import keras_hub  # optional (kbert[convert]); it imports TensorFlow
 

@@ -45,7 +45,7 @@ _V2_BLOCK = re.compile(r"^(.*?)_transformer_layers/(\d+)/_attention_layer/_query
 _V1_BLOCK = re.compile(r"^(.*?)layer_with_weights-(\d+)/_attention_layer/_query_dense/kernel$")
 
 
-def _is_bookkeeping(name):
+def _is_bookkeeping(name: str) -> bool:
     """Optimizer slots, step counters and the object graph: never weights of the model."""
     return (name.startswith("optimizer/") or "/.OPTIMIZER_SLOT/" in name
             or name.split("/")[-1] in ("save_counter", "global_step", "iter", "step")
@@ -82,7 +82,7 @@ def read_options(directory: str) -> tuple[dict[str, Any], str, str | None]:
     return node, mlm_activation, path
 
 
-def _activation(value, path):
+def _activation(value: str | None, path: str | None) -> str:
     if value not in _ACTIVATIONS:
         raise ValueError(f"{path}: activation {value!r} is not supported; expected one of "
                          f"{', '.join(str(k) for k in _ACTIVATIONS if k)}")
@@ -92,7 +92,7 @@ def _activation(value, path):
 class _Layout:
     """Where the encoder's variables sit in a Model Garden checkpoint."""
 
-    def __init__(self, ckpt):
+    def __init__(self, ckpt: CheckpointReader) -> None:
         v2 = [m for m in map(_V2_BLOCK.match, ckpt.shapes) if m]
         v1 = [m for m in map(_V1_BLOCK.match, ckpt.shapes) if m]
         if not (v1 or v2):
@@ -136,7 +136,8 @@ class _Layout:
 def read_config(ckpt: CheckpointReader, layout: _Layout, options: dict[str, Any],
                 path: str | None) -> BertConfig:
     """BertConfig from the checkpoint's shapes and the config file's options."""
-    vocab, hidden = ckpt.shapes.get(layout.word) or ckpt.shapes[layout.mlm + "embedding_table"]
+    vocab, hidden = (ckpt.shapes.get(layout.word)   # without word embeddings, the MLM's table
+                     or ckpt.shapes[layout.mlm + "embedding_table"])  # type: ignore[operator]
     q = ckpt.shapes[layout.blocks[0] + "_attention_layer/_query_dense/kernel"]     # [H, N, D]
     heads = options.get("num_attention_heads", q[1])
     if heads != q[1]:
@@ -163,17 +164,19 @@ def convert_variables(ckpt: CheckpointReader, layout: _Layout,
                       config: BertConfig) -> tuple[Tensors, dict[str, dict], list[str]]:
     """({kbert key: array}, head options, unused names) for an encoder and its heads."""
     heads: dict[str, dict] = {}
-    used, out = set(), {}
+    used: set[str] = set()
+    out: Tensors = {}
 
-    def get(name):
+    def get(name: str) -> np.ndarray:
         used.add(name)
         return ckpt.get(name)
 
-    def dense(dst, src, in_shape=None):                        # EinsumDense kernels flattened
+    def dense(dst: str, src: str,
+              in_shape: int | None = None) -> None:            # EinsumDense kernels flattened
         out[f"{dst}/kernel"] = get(f"{src}/kernel").reshape(in_shape or -1, -1)
         out[f"{dst}/bias"] = get(f"{src}/bias").reshape(-1)
 
-    def norm(dst, src):
+    def norm(dst: str, src: str) -> None:
         out[f"{dst}/gamma"] = get(f"{src}/gamma")
         out[f"{dst}/beta"] = get(f"{src}/beta")
 
@@ -187,7 +190,7 @@ def convert_variables(ckpt: CheckpointReader, layout: _Layout,
         word = table
     if word is None:
         get(layout.word)  # raises: missing variable
-    out[b + "embeddings/word_embeddings/embeddings"] = word
+    out[b + "embeddings/word_embeddings/embeddings"] = word  # type: ignore[assignment]  # not None
     out[b + "embeddings/position_embeddings"] = get(layout.position)
     out[b + "embeddings/token_type_embeddings/embeddings"] = get(layout.type)
     norm(b + "embeddings/layer_norm", layout.norm)

@@ -56,7 +56,7 @@ class CheckpointReader:
     Object-based (TF2) names lose their `/.ATTRIBUTES/VARIABLE_VALUE` suffix.
     """
 
-    def __init__(self, prefix):
+    def __init__(self, prefix: str) -> None:
         import tensorflow as tf
 
         self.prefix = prefix
@@ -66,14 +66,14 @@ class CheckpointReader:
         except (tf.errors.OpError, ValueError) as e:
             message = str(getattr(e, "message", e)).strip().splitlines()[0]
             raise ValueError(f"{prefix}: unreadable TensorFlow checkpoint ({message})") from None
-        self._raw_names = {}
-        self.shapes = {}
+        self._raw_names: dict[str, str] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
         for raw_name, shape in raw.items():
             name = raw_name.removesuffix(_OBJECT_SUFFIX)
             self._raw_names[name] = raw_name
             self.shapes[name] = tuple(shape)
 
-    def __contains__(self, name):
+    def __contains__(self, name: str) -> bool:
         return name in self.shapes
 
     def get(self, name: str) -> np.ndarray:

@@ -30,7 +30,7 @@ import keras
 import numpy as np
 
 from kbert.config import check_special_tokens
-from kbert.data.instances import FEATURES, Options
+from kbert.data.instances import FEATURES, Instance, Options
 
 # Named arrays: features [N, ...] (FEATURES), or `token_documents`' tokens and lengths.
 Arrays = dict[str, np.ndarray]
@@ -101,11 +101,12 @@ def documents(data: dict[str, Any]) -> list[list[list[int]]]:
 
 
 # --- BERT's instances, in pure Python ------------------------------------------------------------
-_DOCUMENTS = None      # the documents the worker processes read (inherited through fork)
+# the documents the worker processes read (inherited through fork)
+_DOCUMENTS: list[list[list[int]]] | None = None
 
 
 class _Vocabulary:
-    def __init__(self, vocab):
+    def __init__(self, vocab: Sequence[str]) -> None:
         from kbert.data.instances import Vocabulary
         self.vocab = list(vocab)
         check_special_tokens(self.vocab)
@@ -114,13 +115,14 @@ class _Vocabulary:
         self.masking = Vocabulary(self)
 
 
-def _instances(job):
+def _instances(job: tuple[int, int, int, int, Options, _Vocabulary]) -> list[Instance]:
     from kbert.data.instances import create_instances_from_document
     seed, dupe, start, stop, options, vocab = job
     rng = random.Random(f"{seed}/{dupe}/{start}")
     out = []
     for d in range(start, stop):
-        out.extend(create_instances_from_document(_DOCUMENTS, d, options, vocab.masking, rng))
+        out.extend(create_instances_from_document(
+            _DOCUMENTS, d, options, vocab.masking, rng))  # type: ignore[arg-type]  # segment_pairs set it
     return out
 
 
@@ -187,7 +189,8 @@ class DynamicMasking:
     (2, (1, 4))
     """
 
-    def __init__(self, vocab, max_predictions_per_seq=20, masked_lm_prob=0.15):
+    def __init__(self, vocab: Sequence[str], max_predictions_per_seq: int = 20,
+                 masked_lm_prob: float = 0.15) -> None:
         vocab = list(vocab)
         check_special_tokens(vocab)
         self.mask_id = vocab.index("[MASK]")
@@ -196,7 +199,7 @@ class DynamicMasking:
         self.max_predictions_per_seq = max_predictions_per_seq
         self.masked_lm_prob = masked_lm_prob
 
-    def __call__(self, arrays, rng):
+    def __call__(self, arrays: Arrays, rng: np.random.Generator) -> Arrays:
         ids = np.asarray(arrays["input_ids"])
         B, T = ids.shape
         P = self.max_predictions_per_seq
@@ -256,8 +259,9 @@ class PretrainingBatches(keras.utils.PyDataset):
     a run repeats. Evaluation (`shuffle=False`): every row once, in order.
     """
 
-    def __init__(self, arrays, batch_size, objective="mlm_nsp", steps_per_epoch=None,
-                 shuffle=True, masking=None, seed=0):
+    def __init__(self, arrays: Arrays, batch_size: int, objective: str = "mlm_nsp",
+                 steps_per_epoch: int | None = None, shuffle: bool = True,
+                 masking: DynamicMasking | None = None, seed: int = 0) -> None:
         super().__init__()
         self.arrays, self.batch_size, self.objective = arrays, batch_size, objective
         self.masking, self.shuffle, self.seed = masking, shuffle, seed
@@ -267,20 +271,21 @@ class PretrainingBatches(keras.utils.PyDataset):
         if self.per_pass < 1:
             raise ValueError(f"{self.rows} rows make no batch of {batch_size}")
         self.steps_per_epoch = steps_per_epoch or self.per_pass
+        self._orders: dict[int, np.ndarray]
         self.epoch, self._orders = 0, {}
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.steps_per_epoch
 
     def on_epoch_end(self) -> None:
         self.epoch += 1
 
-    def _order(self, p):
+    def _order(self, p: int) -> np.ndarray:
         if p not in self._orders:
             self._orders = {p: np.random.default_rng([self.seed, p]).permutation(self.rows)}
         return self._orders[p]
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[Any, Any, Any]:
         if not self.shuffle:
             index = np.arange(i * self.batch_size, min((i + 1) * self.batch_size, self.rows))
             number = i

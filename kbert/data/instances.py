@@ -31,7 +31,7 @@ import hashlib
 import itertools
 import random
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,7 +81,7 @@ def check_options(options: Options) -> None:
 class Vocabulary:
     """What masking needs to know about the ids: specials, word pieces, real words."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer: Any) -> None:   # a Tokenizer, or its vocab and special ids
         vocab = tokenizer.vocab
         self.cls_id, self.sep_id = tokenizer.cls_id, tokenizer.sep_id
         self.mask_id = tokenizer.mask_id
@@ -110,7 +110,7 @@ def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: 
             del tokens[len(tokens) - (cut - front):]
 
 
-def _cuts(len_a, len_b, max_num_tokens):
+def _cuts(len_a: int, len_b: int, max_num_tokens: int) -> tuple[int, int]:
     """Tokens cut from A and from B: the longer loses one until they are even, then B, A, B ...
     (the original's loop, which cuts B when the two are as long)."""
     excess = len_a + len_b - max_num_tokens
@@ -237,7 +237,8 @@ def mask_tokens(input_ids: np.ndarray, input_mask: np.ndarray, options: Options,
     return output, positions, labels, real.astype(np.float32)
 
 
-def _whole_words(input_ids, eligible, keys, k, vocab):
+def _whole_words(input_ids: np.ndarray, eligible: np.ndarray, keys: np.ndarray, k: np.ndarray,
+                 vocab: Vocabulary) -> np.ndarray:
     """Whole-word selection: a `##` piece right after an eligible token joins its word; words
     are taken in key order, skipping one that would overshoot k (as the original does)."""
     previous = np.zeros_like(eligible)
@@ -279,7 +280,7 @@ def create_instances_from_document(documents: Documents, index: int, options: Op
     return instances
 
 
-def _generator(*parts):
+def _generator(*parts: int | str) -> np.random.Generator:
     """A NumPy generator seeded by a string of `parts` (any ints, negative ones too)."""
     digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:16], "little"))

@@ -31,7 +31,7 @@ _OPENERS = "\"'\u201c\u2018([\u00ab"
 _DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")
 
 
-def _is_boundary(text, match):
+def _is_boundary(text: str, match: re.Match[str]) -> bool:
     rest = text[match.end():].lstrip(_OPENERS)
     if not rest or rest[0].islower():
         return False
@@ -67,17 +67,17 @@ class InputReport:
     """What reading found: documents, and bytes that were not UTF-8 (replaced by U+FFFD);
     `bytes_read`, how far the reading is (within a file, by its documents' characters)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.documents = 0
         self.bytes_read = 0
-        self.replaced = {}   # file → number of undecodable byte sequences replaced
+        self.replaced: dict[str, int] = {}   # file → number of undecodable byte sequences replaced
 
     def summary(self) -> str:
         return "; ".join(f"{path}: {n} undecodable byte(s) replaced"
                          for path, n in self.replaced.items())
 
 
-def check_inputs(paths: Sequence[str]) -> None:
+def check_inputs(paths: Sequence[str | os.PathLike]) -> None:
     """Fail early, naming the file, when an input is missing or not a file."""
     if not paths:
         raise ValueError("no input files given")
@@ -93,7 +93,7 @@ def check_inputs(paths: Sequence[str]) -> None:
 MAX_NON_TEXT_SHARE = 0.05
 
 
-def _read_text(path, report):
+def _read_text(path: str, report: InputReport) -> str:
     with open(path, "rb") as f:
         data = f.read()
     text = data.decode("utf-8", errors="replace")

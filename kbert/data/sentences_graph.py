@@ -72,9 +72,9 @@ def split_sentences_graph(lines: Tensor, split: Tensor = None) -> Tensor:
 class _Abbreviations:
     """The abbreviation list as a lookup table, made on first use (not at import)."""
 
-    table = None
+    table: Tensor = None      # a tf.lookup.StaticHashTable once made
 
-    def lookup(self, words):
+    def lookup(self, words: Tensor) -> Tensor:
         if self.table is None:
             with tf.init_scope():               # made eagerly, even when first used in a graph
                 keys = tf.constant(sorted(ABBREVIATIONS))

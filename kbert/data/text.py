@@ -71,7 +71,7 @@ def full_sentence_instances(ids: Tensor, new_document: Tensor, max_seq_length: i
     new_document = tf.scatter_nd(piece_start[:, None], tf.cast(new_document, tf.int32),
                                  [tf.reduce_sum(pieces)]) > 0
 
-    def step(state, x):
+    def step(state: tuple[Tensor, ...], x: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         sequence, used = state[0], state[1]
         length, new_doc = x
         extra = tf.cast(new_doc, tf.int64)
@@ -92,12 +92,12 @@ def full_sentence_instances(ids: Tensor, new_document: Tensor, max_seq_length: i
     return tokens, tf.zeros_like(tokens)
 
 
-def _count(index):
+def _count(index: Tensor) -> Tensor:
     """1 + the largest of 0-based indices [N] (0 when there are none)."""
     return tf.reduce_max(tf.concat([[tf.constant(-1, tf.int64)], index], 0)) + 1
 
 
-def _wrap(rows, first, last):
+def _wrap(rows: Tensor, first: int, last: int) -> Tensor:
     n = rows.nrows()
     return tf.concat([tf.fill([n, 1], tf.constant(first, tf.int64)), rows,
                       tf.fill([n, 1], tf.constant(last, tf.int64))], axis=1)
@@ -131,7 +131,7 @@ def nsp_instances(ids: Tensor, new_document: Tensor, max_seq_length: int, sep_id
     last = tf.concat([new_document[1:], [True]], 0)
     next_last = tf.concat([last[1:], [False]], 0)
 
-    def step(state, x):
+    def step(state: tuple[Tensor, ...], x: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         chunk, used, count, closed = state
         length, new_doc, is_last, before_last, goal = x
         start = new_doc | closed
@@ -173,7 +173,8 @@ def nsp_instances(ids: Tensor, new_document: Tensor, max_seq_length: int, sep_id
     return tokens, segments, tf.cast(not_next, tf.int64)
 
 
-def _truncated_spans(a_start, a_end, b_start, b_end, limit, seed):
+def _truncated_spans(a_start: Tensor, a_end: Tensor, b_start: Tensor, b_end: Tensor,
+                     limit: Tensor, seed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """`truncate_seq_pair` in closed form: the longer side loses a token until the pair fits
     (B on a tie), each token from the front or the back with probability 1/2."""
     la, lb = a_end - a_start, b_end - b_start
@@ -274,14 +275,15 @@ def text_pretraining_dataset(files: list[str], vocab: str | list[str], batch_siz
 class _GroupFeatures:
     """Source element → the masked feature rows of its group of files (a dict of [N, ...])."""
 
-    def __init__(self, files, tokenizer, masking, mode, max_seq_length, short_seq_prob,
-                 input_format, seed, files_per_group):
+    def __init__(self, files: list[str], tokenizer: Tokenizer, masking: DynamicMasking,
+                 mode: str, max_seq_length: int, short_seq_prob: float, input_format: str,
+                 seed: int, files_per_group: int) -> None:
         self.files, self.tokenizer, self.masking, self.mode = files, tokenizer, masking, mode
         self.max_seq_length, self.short_seq_prob = max_seq_length, short_seq_prob
         self.input_format, self.seed, self.files_per_group = input_format, seed, files_per_group
 
     @tf.autograph.experimental.do_not_convert      # plain TensorFlow ops: nothing to convert
-    def __call__(self, index):
+    def __call__(self, index: Tensor) -> dict[str, Tensor]:
         seeds = tf.random.experimental.stateless_split(
             tf.stack([tf.constant(self.seed, tf.int64), index]), 3)
         files = group_files(self.files, index, self.files_per_group, self.seed)

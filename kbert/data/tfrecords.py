@@ -2,6 +2,8 @@
 bytes TensorFlow writes), the shard names, and the output directory they go to. The reader is
 `kbert.data.inputs` (tf.data)."""
 
+from __future__ import annotations
+
 import os
 
 import numpy as np
@@ -10,7 +12,7 @@ from kbert import outputs
 from kbert.data.instances import FEATURES
 
 
-def _varints(values):
+def _varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
     """Non-negative ints [N, L] → the protobuf varint bytes of each row, concatenated, and the
     end offset of each row in them."""
     values = np.asarray(values, np.int64)
@@ -22,7 +24,7 @@ def _varints(values):
     return data[keep].astype(np.uint8).tobytes(), np.cumsum(keep.sum(axis=(1, 2)))
 
 
-def _varint(n):
+def _varint(n: int) -> bytes:
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)
@@ -31,7 +33,7 @@ def _varint(n):
     return bytes(out)
 
 
-def _tag(field, length):
+def _tag(field: int, length: int) -> bytes:
     """The tag and length of a length-delimited protobuf field."""
     return bytes([field << 3 | 2]) + _varint(length)
 
@@ -40,7 +42,7 @@ class _Column:
     """One feature of every row: its packed values and, per payload length, the bytes that come
     before them in the `Features` map entry (key, `Feature`, `Int64List`/`FloatList` headers)."""
 
-    def __init__(self, name, values):
+    def __init__(self, name: str, values: np.ndarray) -> None:
         if name == "masked_lm_weights":                      # FloatList: little-endian float32
             self.kind, self.data = 2, np.ascontiguousarray(values, "<f4").tobytes()
             self.ends = (np.arange(1, len(values) + 1) * values.shape[1] * 4).tolist()
@@ -48,9 +50,9 @@ class _Column:
             self.kind, (self.data, ends) = 3, _varints(values)
             self.ends = ends.tolist()
         self.key = _tag(1, len(name)) + name.encode()
-        self.headers = {}
+        self.headers: dict[int, bytes] = {}
 
-    def entry(self, r):
+    def entry(self, r: int) -> bytes:
         start, end = (self.ends[r - 1] if r else 0), self.ends[r]
         header = self.headers.get(end - start)
         if header is None:

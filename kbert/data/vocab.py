@@ -33,7 +33,7 @@ def build_vocab(texts: Iterable[str], vocab_size: int, lower_case: bool = True,
     counts: collections.Counter[str] = collections.Counter()
     batch = []
 
-    def count(batch):
+    def count(batch: list[str]) -> None:
         counts.update(w.decode("utf-8") for w in
                       basic_tokenize(batch, lower_case).flat_values.numpy())
     for text in texts:

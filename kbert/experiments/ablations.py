@@ -31,7 +31,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kbert import outputs
@@ -81,7 +81,7 @@ def run_variant(units: Units, source: sources.Shards | sources.Arrays, work: str
         for seed in range(plan.seeds):
             output = os.path.join(work, "finetuned", f"{name}-{task}-seed{seed}")
 
-            def unit(task=task, seed=seed, output=output):
+            def unit(task: str = task, seed: int = seed, output: str = output) -> dict[str, Any]:
                 result = source.finetune(task, ckpt, seed, output)
                 return {"scores": result.best_scores, "best_epoch": result.best_epoch,
                         "seconds": round(result.wall_seconds, 1)}
@@ -90,16 +90,18 @@ def run_variant(units: Units, source: sources.Shards | sources.Arrays, work: str
     return {"pretraining": pretrained, "finetuning": cells}
 
 
-def _plan(quick, seeds, steps, mixed_precision=None):
+def _plan(quick: bool, seeds: int | None, steps: int | None,
+          mixed_precision: str | None = None) -> Plan:
     plan = QUICK if quick else FULL
-    return dataclasses.replace(plan, **{k: v for k, v in (
+    changes: dict[str, Any] = {k: v for k, v in (
         ("seeds", seeds), ("steps", steps), ("mixed_precision", mixed_precision))
-        if v is not None})
+        if v is not None}
+    return dataclasses.replace(plan, **changes)
 
 
 @outputs.claims("experiments", resume=True)
 def run(output: str, quick: bool = False, variants: Sequence[str] | None = None,
-        tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
+        tasks: Sequence[str] | None = None, seeds: int | None = None,
         shared: str | None = None, vocab: str | None = None, steps: int | None = None,
         mixed_precision: str | None = None, arrays: str | None = None, work: str | None = None,
         log: Callable[[str], Any] = print) -> dict[str, Any]:
@@ -161,7 +163,7 @@ def run(output: str, quick: bool = False, variants: Sequence[str] | None = None,
 
 @outputs.claims("experiments", argument="folder", resume=True)
 def export(folder: str, quick: bool = False, variants: Sequence[str] | None = None,
-           tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
+           tasks: Sequence[str] | None = None, seeds: int | None = None,
            shared: str | None = None, vocab: str | None = None, steps: int | None = None,
            mixed_precision: str | None = None, log: Callable[[str], Any] = print) -> int:
     """Writes what `run(arrays=folder)` needs on a machine without TensorFlow: `plan.json` (the
@@ -181,7 +183,7 @@ def export(folder: str, quick: bool = False, variants: Sequence[str] | None = No
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
 
 
-def _cache_compiles(work):
+def _cache_compiles(work: str) -> None:
     """On JAX, keep compiled steps in `work/jax-cache` (unless a cache is set already): the 36
     fine-tuning runs share a few architectures and batch shapes, so after the first of each
     the compiles are read back (a SQuAD epoch of the quick plan: 15.7 → 5.3 s on CPU)."""
@@ -194,7 +196,7 @@ def _cache_compiles(work):
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
-def _choose(names, known, what):
+def _choose(names: Sequence[str] | None, known: Mapping[str, Any], what: str) -> list[str]:
     names = list(known) if not names else list(names)
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -202,23 +204,23 @@ def _choose(names, known, what):
     return names
 
 
-def _default_shared():
+def _default_shared() -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.normpath(os.path.join(here, "..", "..", "..", "shared", "data"))
 
 
-def _default_vocab():
+def _default_vocab() -> str:
     from kbert import checkpoint as checkpoint_lib
     return os.path.join(checkpoint_lib.resolve("minilm-l6-mlm-nsp"), "vocab.txt")
 
 
-def table_rows(results: dict[str, Any], tasks: Sequence[str]) -> list[list[str]]:
+def table_rows(results: dict[str, Any], tasks: Sequence[str]) -> list[list[str | float]]:
     """One row per variant: held-out accuracies, then each task's mean ± std (and the paper's)."""
     rows = []
     for name, r in results["variants"].items():
         held = r["pretraining"]["heldout"]
-        row = [VARIANTS[name].label, _pct(held.get("mlm_accuracy")),
-               _pct(held.get("nsp_accuracy")), _pct(held.get("lm_accuracy"))]
+        row: list[str | float] = [VARIANTS[name].label, _pct(held.get("mlm_accuracy")),
+                                  _pct(held.get("nsp_accuracy")), _pct(held.get("lm_accuracy"))]
         for task in tasks:
             metric = TASKS[task][2]
             row.append(report.mean_std([s[metric] for s in r["finetuning"][task]]))
@@ -228,7 +230,7 @@ def table_rows(results: dict[str, Any], tasks: Sequence[str]) -> list[list[str]]
     return rows
 
 
-def _pct(value):
+def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}"
 
 

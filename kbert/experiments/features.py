@@ -19,7 +19,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -30,6 +30,9 @@ from kbert.experiments.units import Units
 from kbert.finetune import batching, ner
 from kbert.hints import Tensor
 from kbert.tokenizer import Tokenizer
+
+if TYPE_CHECKING:   # type-only
+    from kbert.backbone import BertBackbone
 
 # One sentence for the tagger: word features [words, F] and their label ids (or None).
 Row = tuple[np.ndarray, Any]
@@ -53,7 +56,8 @@ PAPER_TABLE_7 = {"fine_tuning": 96.4, "embeddings": 91.0, "second_to_last_hidden
 class HiddenLayers(keras.Model):
     """A frozen encoder's chosen hidden layers per token: [B, T, len(layers), H]."""
 
-    def __init__(self, backbone, layers=CACHED_LAYERS, **kwargs):
+    def __init__(self, backbone: BertBackbone, layers: Sequence[int] = CACHED_LAYERS,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.backbone, self.layers_wanted = backbone, tuple(layers)
 
@@ -86,14 +90,16 @@ def combine(cached: np.ndarray, how: str, layers: Sequence[int]) -> np.ndarray:
     return chosen[:, 0]
 
 
-def _sentences(features, counts, labels=None):
+def _sentences(features: np.ndarray, counts: Sequence[int],
+               labels: np.ndarray | None = None) -> list[Row]:
     """Split flat [words, F] rows back into padded per-sentence batches' inputs."""
     starts = np.concatenate([[0], np.cumsum(counts)])
     return [(features[a:b], None if labels is None else labels[a:b])
             for a, b in zip(starts[:-1], starts[1:])]
 
 
-def _padded(rows, index, width_multiple=8):
+def _padded(rows: Sequence[Row], index: Sequence[int] | np.ndarray,
+            width_multiple: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     width = max(1, max(len(rows[i][0]) for i in index))
     width = -(-width // width_multiple) * width_multiple
     dim = rows[index[0]][0].shape[-1]
@@ -146,7 +152,7 @@ def extract(units: Units, name: str, ckpt: checkpoint_lib.Checkpoint,
     """The cached word features of one file (a unit: extracted once)."""
     path = os.path.join(work, f"{name}.npz")
 
-    def run():
+    def run() -> dict[str, Any]:
         tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
         encoded = ner.encode_ner(tokenizer, sentences, labels, 128)
         started = time.perf_counter()
@@ -184,7 +190,8 @@ def run(output: str, model: str, train: str, valid: str, max_train_sentences: in
     results: dict[str, dict[str, list]] = {}
     for name, (how, layers) in COMBINATIONS.items():
         for seed in seeds:
-            def tag(name=name, how=how, layers=layers, seed=seed):
+            def tag(name: str = name, how: str = how, layers: list[int] = layers,
+                    seed: int = seed) -> dict[str, Any]:
                 train_rows = _sentences(combine(train_cached, how, layers), train_counts,
                                         train_labels)
                 dev_rows = _sentences(combine(valid_cached, how, layers), valid_counts)
@@ -200,7 +207,8 @@ def run(output: str, model: str, train: str, valid: str, max_train_sentences: in
     return results
 
 
-def _kept_labels(sentences, counts, index):
+def _kept_labels(sentences: Sequence[ner.Sentence], counts: Sequence[int],
+                 index: dict[str, int]) -> np.ndarray:
     """Label ids of the words that have features (truncation drops a sentence's tail)."""
     return np.array([index[t] for s, n in zip(sentences, counts) for t in s.tags[:n]])
 

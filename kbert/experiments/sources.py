@@ -46,7 +46,7 @@ def corpus_split(corpus: str, plan: Plan) -> tuple[list[str], list[str]]:
             [f for i, f in enumerate(files) if i % every == every - 1])
 
 
-def make_segment_pairs(units: Units, work: str, corpus: str, vocab: list[str],
+def make_segment_pairs(units: Units, work: str, corpus: str, vocab: str | list[str],
                        plan: Plan) -> tuple[dict[str, Any], dict[str, str]]:
     """Unit "data": the segment-pair shards (train and held-out) all pair-input variants use."""
     from kbert.data import pretraining
@@ -55,7 +55,7 @@ def make_segment_pairs(units: Units, work: str, corpus: str, vocab: list[str],
     paths = {"train": os.path.join(work, "data", "train"),
              "heldout": os.path.join(work, "data", "heldout")}
 
-    def run():
+    def run() -> dict[str, Any]:
         counts = {}
         for name, files in zip(("train", "heldout"), corpus_split(corpus, plan)):
             totals = pretraining.create_pretraining_data(
@@ -93,11 +93,13 @@ class Shards:
     `kbert.training.pretrain` (FULL-SENTENCES straight from the text), `kbert.finetune` on the
     task files ({task: (train, dev)} under `shared`)."""
 
-    def __init__(self, units, work, shared, vocab, plan, files):
+    def __init__(self, units: Units, work: str, shared: str, vocab: str | list[str], plan: Plan,
+                 files: TaskFiles) -> None:
         self.units, self.work, self.shared, self.vocab = units, work, shared, vocab
         self.plan, self.files = plan, files
         self.corpus = os.path.join(shared, "corpus")
-        self._pairs = self._files = None
+        self._pairs: dict[str, str] | None = None
+        self._files: dict[str, list[str]] | None = None
 
     def pair_data(self) -> dict[str, str]:
         if self._pairs is None:    # segment pairs: the pair variants' data, everyone's held-out
@@ -149,14 +151,15 @@ class Arrays:
     is the very shards' content, and fine-tuning reads the tasks as `kbert.finetune.encode`
     made them."""
 
-    def __init__(self, folder, plan):
+    def __init__(self, folder: str, plan: Plan) -> None:
         from kbert.config import read_vocab
         self.folder, self.plan = folder, plan
         self.vocab = list(read_vocab(os.path.join(folder, "vocab.txt")))
-        self._pairs = self._heldout = None
-        self._encoded = {}
+        self._pairs: dict[str, Any] | None = None
+        self._heldout: dict[str, Any] | None = None
+        self._encoded: dict[str, Any] = {}
 
-    def _load(self, name):
+    def _load(self, name: str) -> dict[str, Any]:
         from kbert.data import arrays
         return arrays.load(os.path.join(self.folder, name))
 
@@ -213,7 +216,7 @@ def task_files(units: Units, work: str, shared: str, plan: Plan,
                      lambda: _task_files(os.path.join(work, "tasks"), shared, plan, files))
 
 
-def _task_files(folder, shared, plan, files):
+def _task_files(folder: str, shared: str, plan: Plan, files: TaskFiles) -> dict[str, list[str]]:
     """Each task's [train, dev] files; SQuAD split 18/6 by article (written to `folder`), and
     in quick mode the dev files cut to `max_dev_examples` rows."""
     from kbert.finetune.squad import split_by_article
@@ -236,7 +239,7 @@ def _task_files(folder, shared, plan, files):
     return out
 
 
-def _head_of_squad(squad, questions):
+def _head_of_squad(squad: dict[str, Any], questions: int | None) -> dict[str, Any]:
     """The first `questions` questions of a SQuAD object (all of them for None)."""
     if not questions:
         return squad
@@ -304,7 +307,7 @@ def export_data(folder: str, plan: Plan, variants: Mapping[str, Variant], files:
     shutil.rmtree(os.path.join(folder, "files"))
 
 
-def _compact(features):
+def _compact(features: Mapping[str, Any]) -> dict[str, Any]:
     """Integer features in the smallest unsigned type that holds them (`arrays.load` gives
     int32 back)."""
     import numpy as np

@@ -21,7 +21,8 @@ from typing import Any
 class Units:
     """The results folder's `units/NAME.json` files."""
 
-    def __init__(self, output, log=print):
+    def __init__(self, output: str | os.PathLike,
+                 log: Callable[[str], Any] = print) -> None:
         self.folder = os.path.join(os.fspath(output), "units")
         self.log = log
         os.makedirs(self.folder, exist_ok=True)

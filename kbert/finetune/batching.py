@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Union
 
 import keras
@@ -36,7 +36,7 @@ def sequence_lengths(features: Features) -> np.ndarray:
     return mask.reshape(len(mask), -1, mask.shape[-1]).sum(-1).max(-1)
 
 
-def _is_sequence(features, key):
+def _is_sequence(features: Mapping[str, Any], key: str) -> bool:
     ref = np.shape(features[SEQUENCE_KEYS_OF])
     shape = np.shape(features[key])
     return len(shape) == len(ref) and shape[-1] == ref[-1]
@@ -58,7 +58,7 @@ def length_batches(lengths: np.ndarray | Sequence[int], batch_size: int, bucket:
     return out
 
 
-def distinct_batches(lengths: Sequence[int], keys: Sequence[Any], batch_size: int,
+def distinct_batches(lengths: Sequence[int], keys: Sequence[Any] | np.ndarray, batch_size: int,
                      seed: int = 0, pool: int = 50,
                      join_single: bool = False) -> list[np.ndarray]:
     """Index arrays, one per batch, for training with in-batch negatives: a shuffled order,
@@ -190,14 +190,16 @@ def batch_shapes(features: Features, batch_size: int, multiple: int = 16,
     return shapes
 
 
-def _pack(batch, input_keys, label_keys, weight_key):
+def _pack(batch: Mapping[str, Any], input_keys: Sequence[str], label_keys: Sequence[str],
+          weight_key: str | None) -> tuple[Any, ...]:
     x = {k: batch[k] for k in input_keys}
     y = batch[label_keys[0]] if len(label_keys) == 1 else {k: batch[k] for k in label_keys}
     out = (x, y) if label_keys else (x,)
     return out + ((batch[weight_key],) if weight_key else ())
 
 
-def _keys(features, label_keys, weight_key):
+def _keys(features: Features, label_keys: LabelKeys,
+          weight_key: str | None) -> tuple[list[str], list[str]]:
     label_keys = [label_keys] if isinstance(label_keys, str) else list(label_keys)
     extra = set(label_keys) | ({weight_key} if weight_key else set())
     return [k for k in features if k not in extra], label_keys
@@ -236,18 +238,18 @@ def to_dataset(features: Features, batch_size: int, label_keys: LabelKeys = (),
 
     input_keys, label_keys = _keys(features, label_keys, weight_key)
 
-    def spec(key):
+    def spec(key: str) -> Any:
         a = np.asarray(features[key])
         shape = (None,) + a.shape[1:-1] + (None,) if _is_sequence(features, key) else \
             (None,) + a.shape[1:]
         return tf.TensorSpec(shape, tf.as_dtype(a.dtype))
 
-    def pack(batch):
+    def pack(batch: Mapping[str, Any]) -> tuple[Any, ...]:
         return _pack(batch, input_keys, label_keys, weight_key)
 
     epoch = [0]
 
-    def generate():
+    def generate() -> Iterator[tuple[Any, ...]]:
         epoch[0] += 1
         for _, batch in batches(features, batch_size, bucket, shuffle, seed + epoch[0], pool,
                                 multiple, ladder):
@@ -280,9 +282,9 @@ class Batches(keras.utils.PyDataset):
         self.index = length_batches(self.lengths, self.batch_size, self.bucket,
                                     self.shuffle, self.seed + self.epoch, self.pool)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.index)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
         batch = take(self.features, self.index[i], self.multiple, self.lengths, self.ladder)
         return _pack(batch, self.input_keys, self.label_keys, self.weight_key)

@@ -99,7 +99,7 @@ def task_file(task: str | GlueTask, glue_dir: PathLike, split: str) -> str:
     return os.path.join(glue_dir, task.directory, name)
 
 
-def _columns(task, header, path):
+def _columns(task: GlueTask, header: list[str], path: PathLike) -> tuple[list[int], int | None]:
     """Indexes of the text columns and the label column (None when absent) from the header.
 
     Only a test file (its name starts with `test`) may lack the label column."""
@@ -138,6 +138,7 @@ def read_glue(task: str | GlueTask, path: PathLike) -> list[GlueExample]:
         texts, label = list(task.positions[:-1]), task.positions[-1]
         width, start = max(task.positions) + 1, 0
     examples = []
+    value: str | float | None     # a label, an STS-B score, or None (test files)
     for number, line in enumerate(lines[start:], start=start + 1):
         if not line.strip():
             continue
@@ -153,7 +154,7 @@ def read_glue(task: str | GlueTask, path: PathLike) -> list[GlueExample]:
     return examples
 
 
-def _check_label(task, value, where):
+def _check_label(task: GlueTask, value: str, where: str) -> str | float:
     if task.is_regression:
         try:
             score = float(value)

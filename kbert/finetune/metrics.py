@@ -48,7 +48,7 @@ def normalize_answer(text: str) -> str:
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
-def _token_f1(prediction_tokens, gold_tokens):
+def _token_f1(prediction_tokens: Sequence[str], gold_tokens: Sequence[str]) -> float:
     """F1 of the bag-of-words overlap (0 when nothing is shared)."""
     common = collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)
     num_same = sum(common.values())
@@ -59,7 +59,7 @@ def _token_f1(prediction_tokens, gold_tokens):
     return (2 * precision * recall) / (precision + recall)
 
 
-def _questions(gold):
+def _questions(gold: Any) -> list[Mapping[str, Any]]:
     """The `qas` entries of SQuAD's `data` list; `{qid: [answer texts]}` is accepted too."""
     if isinstance(gold, dict) and "data" in gold:
         gold = gold["data"]
@@ -76,6 +76,7 @@ def squad_v1_1(gold: Gold, predictions: Mapping[str, str]) -> dict[str, float]:
         gold: the SQuAD JSON (dict with `data`), its `data` list, or `{qid: [answer texts]}`.
         predictions: `{qid: answer text}`; a question without a prediction scores 0.
     """
+    f1: float
     exact = f1 = total = 0
     for qa in _questions(gold):
         total += 1
@@ -100,7 +101,7 @@ def squad_exact_f1(prediction: str, answers: Sequence[str]) -> tuple[int, float]
     golds = [a for a in answers if normalize_answer(a)] or [""]
     predicted = normalize_answer(prediction)
 
-    def f1(gold):
+    def f1(gold: str) -> float:
         gold_tokens, prediction_tokens = gold.split(), predicted.split()
         if not gold_tokens or not prediction_tokens:
             return int(gold_tokens == prediction_tokens)
@@ -110,8 +111,12 @@ def squad_exact_f1(prediction: str, answers: Sequence[str]) -> tuple[int, float]
     return max(int(g == predicted) for g in golds), max(f1(g) for g in golds)
 
 
-def _best_threshold(predictions, scores, na_probs, has_answer):
+def _best_threshold(predictions: Mapping[str, str], scores: Mapping[str, float],
+                    na_probs: Mapping[str, float],
+                    has_answer: Mapping[str, bool]) -> tuple[float, float]:
     """`evaluate-v2.0.py`'s best no-answer threshold: answer "" above it; (score, threshold)."""
+    score: float
+    best: float
     score = best = sum(1 for qid in has_answer if not has_answer[qid])
     threshold = 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
@@ -211,7 +216,7 @@ def pearson(labels: Labels, predictions: Labels) -> float:
     return 100.0 * float(np.sum(x * y) / np.sqrt(np.sum(x * x) * np.sum(y * y)))
 
 
-def _ranks(values):
+def _ranks(values: Labels) -> np.ndarray:
     """1-based ranks, ties given their average rank (scipy's `rankdata`)."""
     values = np.asarray(values, "float64")
     ranks = np.empty(len(values))

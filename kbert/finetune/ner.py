@@ -47,7 +47,7 @@ class Sentence:
     path: str | None = None       # the file it was read from
 
 
-def _check_tag(tag, where):
+def _check_tag(tag: str, where: str) -> None:
     if tag != "O" and (tag[:2] not in ("B-", "I-", "E-", "S-") or len(tag) < 3):
         raise ValueError(f"{where}: tag {tag!r} is neither O nor B-/I-TYPE")
 
@@ -90,7 +90,7 @@ def read_conll(path: PathLike, scheme: str | None = None, columns: int = 4) -> l
     return sentences
 
 
-def _kind(tag):
+def _kind(tag: str) -> str | None:
     return tag[2:] if tag != "O" else None
 
 

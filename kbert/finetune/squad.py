@@ -98,7 +98,7 @@ def split_by_article(path: PathLike, every: int = 4) -> tuple[dict[str, Any], ..
     return tuple({"version": version, "data": part} for part in parts)
 
 
-def _need(obj, key, kind, where):
+def _need(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(obj, dict) or key not in obj:
         raise ValueError(f"{where}: missing '{key}'")
     if not isinstance(obj[key], kind):
@@ -169,7 +169,9 @@ class SquadFeatures:
 CHUNK = 256          # texts a tokenizer call
 
 
-def _tokenize_contexts(tokenizer, contexts, questions=()):
+def _tokenize_contexts(
+        tokenizer: Tokenizer, contexts: Sequence[str], questions: Sequence[str] = (),
+) -> tuple[dict[str, tuple[list[int], np.ndarray, np.ndarray]], list[list[int]] | None]:
     """{context: (ids, char starts, char ends)} for the distinct contexts, and the questions'
     ids. A short list (one request) goes through one tokenizer call, questions included: a
     TensorFlow call costs ~0.3-0.5 ms, and a request this small takes the Rust tokenizer."""
@@ -188,7 +190,7 @@ def _tokenize_contexts(tokenizer, contexts, questions=()):
     return out, question_ids
 
 
-def _windows(n, max_tokens, doc_stride):
+def _windows(n: int, max_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
     """(start, length) of each window: starts every `doc_stride` tokens, as run_squad.py.
     Twin: `kbert.serving.squad_graph.windows` (in the graph)."""
     spans, start = [], 0
@@ -200,7 +202,7 @@ def _windows(n, max_tokens, doc_stride):
         start += min(length, doc_stride)
 
 
-def _max_context(spans, span_index, position):
+def _max_context(spans: Sequence[tuple[int, int]], span_index: int, position: int) -> bool:
     """run_squad.py's `_check_is_max_context`: min(left, right) context + 0.01 * length.
     Twin: `kbert.serving.squad_graph._max_context` (in the graph)."""
     best_score, best = None, None
@@ -285,11 +287,12 @@ def encode_squad(tokenizer: Tokenizer, examples: Sequence[SquadExample], is_trai
     return _stack(rows, meta, is_training, tokenizer.pad_id, warnings)
 
 
-def _stack(rows, meta, is_training, pad_id, warnings):
+def _stack(rows: Sequence[tuple[Any, ...]], meta: Sequence[int], is_training: bool, pad_id: int,
+           warnings: list[str]) -> SquadFeatures:
     width = max((len(r[0]) for r in rows), default=0)
     n = len(rows)
 
-    def fill(k, value, dtype):
+    def fill(k: int, value: Any, dtype: Any) -> np.ndarray:
         out = np.full((n, width), value, dtype)
         for i, r in enumerate(rows):
             out[i, :len(r[k])] = r[k]

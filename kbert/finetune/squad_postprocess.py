@@ -43,17 +43,19 @@ class SquadPredictions:
     best_non_null: dict  # qid -> best non-empty answer (what threshold tuning reads)
 
 
-def _top(values, k):
+def _top(values: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-values, kind="stable")[:k]
 
 
-def _softmax(scores):
+def _softmax(scores: Sequence[float] | np.ndarray) -> np.ndarray:
     scores = np.asarray(scores, "float64")
     e = np.exp(scores - scores.max())
     return e / e.sum()
 
 
-def _window_spans(s_log, e_log, starts, ends, best, n_best_size, max_answer_length):
+def _window_spans(s_log: np.ndarray, e_log: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  best: np.ndarray, n_best_size: int,
+                  max_answer_length: int) -> list[tuple[float, int, int]]:
     """(score, char start, char end) of the legal spans among one window's top start and end
     logits: inside the context, in the window that sees the start token best, end >= start,
     at most `max_answer_length` tokens."""
@@ -68,7 +70,8 @@ def _window_spans(s_log, e_log, starts, ends, best, n_best_size, max_answer_leng
     return spans
 
 
-def _distinct_best(candidates, context, n_best_size):
+def _distinct_best(candidates: Sequence[tuple[float, int, int]], context: str,
+                   n_best_size: int) -> list[dict[str, Any]]:
     """The `n_best_size` best spans with distinct texts, best first."""
     nbest, seen = [], set()
     for score, a, b in sorted(candidates, key=lambda c: -c[0]):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from kbert.finetune import glue, ner
@@ -34,7 +34,7 @@ TABLE_FORMATS = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".jsonl": None, ".json
                  ".ndjson": None}
 
 
-def _format(path):
+def _format(path: PathLike) -> str | None:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"file not found: {path}")
     ext = os.path.splitext(path)[1].lower()
@@ -44,7 +44,7 @@ def _format(path):
     return TABLE_FORMATS[ext]
 
 
-def _json_rows(path):
+def _json_rows(path: PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line of a JSONL file."""
     for number, row in json_lines(path, encoding="utf-8-sig"):
         if not isinstance(row, dict):
@@ -53,7 +53,7 @@ def _json_rows(path):
         yield number, row
 
 
-def _delimited_rows(path, delimiter):
+def _delimited_rows(path: PathLike, delimiter: str) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, {column: value}) for each non-blank row of a CSV/TSV file with a header."""
     with open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter=delimiter)
@@ -80,7 +80,8 @@ def table_rows(path: PathLike) -> Any:
                  _delimited_rows(path, delimiter))
 
 
-def _utf8(path, rows):
+def _utf8(path: PathLike, rows: Iterable[tuple[int, dict[str, Any]]]
+          ) -> Iterator[tuple[int, dict[str, Any]]]:
     """`rows`, with a file that is not UTF-8 named in one line (FILE:LINE)."""
     try:
         yield from rows
@@ -124,7 +125,7 @@ def read_table(path: PathLike, text_column: str = "text", text_pair_column: str 
     return examples
 
 
-def _label(value, regression, column, where):
+def _label(value: Any, regression: bool, column: str, where: str) -> str | float:
     if regression:
         try:
             return float(value)
@@ -163,6 +164,8 @@ def read_tagged(path: str, tokens_key: str = "tokens",
         out = []
         for number, row in _json_rows(path):
             where = f"{path}:{number}"
+            words: Any      # each checked below: a list of strings
+            tags: Any
             words, tags = row.get(tokens_key), row.get(tags_key)
             for key, value in ((tokens_key, words), (tags_key, tags)):
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -179,7 +182,7 @@ def read_tagged(path: str, tokens_key: str = "tokens",
             for s in ner.read_conll(path, columns=_conll_columns(path))]
 
 
-def _conll_columns(path):
+def _conll_columns(path: str) -> int:
     """The number of space-separated columns of the first word line (2: `word tag`)."""
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):

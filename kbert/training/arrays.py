@@ -13,6 +13,8 @@ Example:
 ...                          batch_size=256, steps=5000, learning_rate=5e-4)
 """
 
+from __future__ import annotations
+
 import math
 import os
 import time
@@ -80,7 +82,7 @@ def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | N
                                          steps_per_epoch=log_every, masking=masking, seed=seed)
 
     class Deadline(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
+        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
             if max_seconds and time.perf_counter() - started > max_seconds:
                 self.model.stop_training = True
 

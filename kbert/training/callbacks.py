@@ -18,7 +18,8 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import keras
 import numpy as np
@@ -30,11 +31,11 @@ from kbert.optimization import batches_seen, inner_optimizer
 class TrainingMetrics(keras.callbacks.Callback):
     """Adds `learning_rate` and `examples_per_second` to the logs (progress bar, TensorBoard)."""
 
-    def __init__(self, batch_size):
+    def __init__(self, batch_size: int) -> None:
         super().__init__()
         self.batch_size = batch_size
-        self._last = None
-        self._rate = None
+        self._last: float | None = None
+        self._rate: float | None = None
 
     def on_train_batch_end(self, batch: int | None, logs: dict | None = None) -> None:
         now = time.perf_counter()
@@ -65,7 +66,7 @@ class Progress(keras.callbacks.ProgbarLogger):
     length as done.
     """
 
-    def __init__(self, total_steps: int, accumulate: int = 1):
+    def __init__(self, total_steps: int, accumulate: int = 1) -> None:
         super().__init__()
         self.total_steps = int(total_steps)
         self.accumulate = int(accumulate)
@@ -134,17 +135,17 @@ class Progress(keras.callbacks.ProgbarLogger):
                 text += f" - {key}: " + (f"{value:.4f}" if abs(value) > 1e-3 else f"{value:.4e}")
         return text
 
-    def _write(self, text, end):
+    def _write(self, text: str, end: str) -> None:
         sys.stdout.write(text.ljust(self._width if self._open else 0) + end)
         sys.stdout.flush()
         self._width = len(text)
 
 
-def _duration(seconds):
+def _duration(seconds: float) -> str:
     return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds * 1e3:.0f}ms"
 
 
-def _clock(seconds):
+def _clock(seconds: float) -> str:
     """0.4s, 12s, 4:05, 1:02:03."""
     if seconds < 10:
         return f"{seconds:.1f}s"
@@ -158,7 +159,7 @@ def _clock(seconds):
 class StopAfter(keras.callbacks.Callback):
     """Stops `fit` once the optimizer has consumed `total_batches` batches."""
 
-    def __init__(self, total_batches):
+    def __init__(self, total_batches: int) -> None:
         super().__init__()
         self.total_batches = total_batches
 
@@ -187,9 +188,11 @@ class Backup(keras.callbacks.Callback):
 
     WEIGHTS, RNG, STATE = "model.weights.h5", "rng.npz", "state.json"
     STEPS = ("weights", "rng", "state", "switch", "cleanup")
-    after_step = None       # a test hook: called with each name in STEPS as a write passes it
+    # a test hook: called with each name in STEPS as a write passes it
+    after_step: Callable[[str], None] | None = None
 
-    def __init__(self, backup_dir, save_every_batches, settings=None):
+    def __init__(self, backup_dir: str | os.PathLike, save_every_batches: int,
+                 settings: dict[str, Any] | None = None) -> None:
         super().__init__()
         if int(save_every_batches) < 1:
             raise ValueError(f"backups every {save_every_batches} batches: must be at least 1")
@@ -225,7 +228,7 @@ class Backup(keras.callbacks.Callback):
             shutil.rmtree(path, ignore_errors=True)
         return batches_seen(model.optimizer)
 
-    def _check_settings(self, stored, where):
+    def _check_settings(self, stored: dict[str, Any] | None, where: str) -> None:
         if self.settings is None or stored == self.settings:
             return
         stored = stored or {}
@@ -278,19 +281,19 @@ class Backup(keras.callbacks.Callback):
         with contextlib.suppress(OSError):
             os.rmdir(self.backup_dir)
 
-    def _remove_temporaries(self):
+    def _remove_temporaries(self) -> None:
         """Half-written backups of this or an earlier, killed, run."""
         if os.path.isdir(self.backup_dir):
             for name in os.listdir(self.backup_dir):
                 if name.startswith(".tmp-"):
                     shutil.rmtree(os.path.join(self.backup_dir, name), ignore_errors=True)
 
-    def _passed(self, step):
+    def _passed(self, step: str) -> None:
         if Backup.after_step is not None:
             Backup.after_step(step)
 
 
-def _as_json(settings):
+def _as_json(settings: Any) -> Any:
     """Settings as they read back from state.json (tuples become lists, keys strings)."""
     return json.loads(json.dumps(settings, default=str))
 
@@ -309,7 +312,7 @@ def seed_states(model: keras.Model) -> list[keras.Variable]:
 @contextlib.contextmanager
 def save_on_signal(backup: Backup) -> Iterator[None]:
     """SIGTERM/SIGINT → save at the end of the current step and stop (main thread only)."""
-    def handler(signum, frame):
+    def handler(signum: int, frame: Any) -> None:
         backup.interrupted = True
     previous = {}
     try:

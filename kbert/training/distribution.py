@@ -24,7 +24,7 @@ import keras
 STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu", "data-parallel")
 
 
-def _targets(features):
+def _targets(features: dict[str, Any]) -> Any:
     # The tf.data inputs need TensorFlow; imported on use so this module does not.
     from kbert.data.inputs import pretraining_targets
     return pretraining_targets(features)
@@ -68,7 +68,7 @@ class Distribution:
 
         stream = make_stream()                  # built here: the same seeds as one device
 
-        def per_pipeline(context):
+        def per_pipeline(context: Any) -> Any:
             size = global_batch_size // context.num_input_pipelines
             start = context.input_pipeline_id * size
             ds = stream.map(lambda f: {k: v[start:start + size] for k, v in f.items()})
@@ -88,7 +88,7 @@ class Distribution:
         _build_metrics_from(model, local_batch)
 
 
-def _logs_with_a_replica_axis(model):
+def _logs_with_a_replica_axis(model: keras.Model) -> None:
     """Keras averages the per-replica logs of `train_step` over axis 0, which scalar logs lack
     under `MultiWorkerMirroredStrategy`: give each a length-1 axis. `train_step` is the public
     method `fit` calls (Keras' documented way to change a step)."""
@@ -97,7 +97,7 @@ def _logs_with_a_replica_axis(model):
     model.train_step = lambda data: {k: tf.reshape(v, [1]) for k, v in step(data).items()}
 
 
-def _build_metrics_from(model, local_batch):
+def _build_metrics_from(model: keras.Model, local_batch: Any) -> None:
     """Keras' `fit` builds the compiled metrics from its first batch reduced across replicas,
     which fails under `MultiWorkerMirroredStrategy`; hand it a local batch instead.
 
@@ -130,7 +130,7 @@ def select_distribution(kind: str = "auto", tpu: str | None = None) -> Distribut
     return _tensorflow_distribution(kind, tpu)
 
 
-def _jax_distribution(kind):
+def _jax_distribution(kind: str) -> Distribution:
     import jax
     if kind in ("auto", "data-parallel") and (kind == "data-parallel" or jax.device_count() > 1):
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
@@ -140,7 +140,7 @@ def _jax_distribution(kind):
     return Distribution("default")
 
 
-def _tensorflow_distribution(kind, tpu):
+def _tensorflow_distribution(kind: str, tpu: str | None) -> Distribution:
     import tensorflow as tf
     if kind == "auto":                          # TPU and TF_CONFIG first: listing devices
         kind = ("tpu" if tpu or os.environ.get("TPU_NAME") else          # starts the runtime

@@ -17,12 +17,15 @@ Example (the same thing with plain Keras, as a user script would write it):
 >>> model.fit(ds, steps_per_epoch=100, epochs=10)                                # doctest: +SKIP
 """
 
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -73,7 +76,8 @@ class Phase:
     data: str
     start: int
     end: int
-    make_stream: object         # skip -> a tf.data stream of feature batches from `start + skip`
+    # skip -> a tf.data stream of feature batches from `start + skip`
+    make_stream: Callable[[int], Any]
 
 
 def pretrain(data: str | os.PathLike | list | None = None, output: str | os.PathLike | None = None,
@@ -204,9 +208,10 @@ def jit_compile_setting(jit_compile: str | bool) -> str | bool:
     return jit_compile
 
 
-def _backup_dir(settings, dist):
+def _backup_dir(settings: Settings, dist: Distribution) -> str:
     """Where this worker's backups go (one folder per non-chief worker)."""
-    backup_dir = settings.backup_dir or os.path.abspath(settings.output) + ".backup"
+    # validate_settings: no backup_dir without an output
+    backup_dir = settings.backup_dir or os.path.abspath(settings.output) + ".backup"  # type: ignore[arg-type]
     if dist.num_replicas > 1 and not dist.is_chief:
         backup_dir = os.path.join(backup_dir, f"worker-{dist.worker_index}")
     return backup_dir
@@ -225,7 +230,7 @@ def make_phases(settings: Settings, vocab: list[str], shapes: Sequence[tuple[int
     for d, steps in zip(settings.datas, settings.phase_steps):
         start, end = end, end + steps * settings.accumulate
 
-        def make_stream(skip, d=d):
+        def make_stream(skip: int, d: str = d) -> Any:
             return inputs.pretraining_dataset(
                 d, settings.micro_batch, seed=settings.seed, dynamic_masking=masking,
                 shuffle_buffer=settings.shuffle_buffer).skip(skip)
@@ -233,16 +238,18 @@ def make_phases(settings: Settings, vocab: list[str], shapes: Sequence[tuple[int
     return phases
 
 
-def _text_phase(settings, vocab, shape, do_lower_case):
+def _text_phase(settings: Settings, vocab: list[str], shape: tuple[int, int],
+                do_lower_case: bool) -> Phase:
     """The one phase of a run from text. Locally the stream is deterministic and a resumed
     run skips to its position; from a data service the groups arrive in the workers' order, so
     a resumed run continues with fresh batches."""
     from kbert.data.text import text_pretraining_dataset
     files = settings.datas[0]
 
-    def make_stream(skip):
+    def make_stream(skip: int) -> Any:
         return text_pretraining_dataset(
-            files, vocab, settings.micro_batch, *shape, mode=settings.text_mode,
+            files, vocab, settings.micro_batch, *shape,
+            mode=settings.text_mode,  # type: ignore[arg-type]  # a text run has one
             lower_case=do_lower_case, seed=settings.seed, shuffle_buffer=settings.shuffle_buffer,
             data_service=settings.data_service).skip(skip)
     return Phase(files, 0, settings.steps * settings.accumulate, make_stream)
@@ -282,7 +289,7 @@ def fit_phases(model: keras.Model, phases: Sequence[Phase], seen: int, dist: Dis
                 continue
             skip = seen - phase.start
 
-            def stream(phase=phase, skip=skip):
+            def stream(phase: Phase = phase, skip: int = skip) -> Any:
                 return phase.make_stream(skip)
             targets = _targets(settings.objective)
             if not prepared:
@@ -300,7 +307,7 @@ def fit_phases(model: keras.Model, phases: Sequence[Phase], seen: int, dist: Dis
     return history, seen
 
 
-def _targets(objective):
+def _targets(objective: str) -> Callable[[dict[str, Any]], Any]:
     """The objective's features → (x, y, sample_weight) map (tf.data: TensorFlow, on use)."""
     from kbert.data.inputs import targets_for
     return targets_for(objective)

@@ -62,7 +62,7 @@ def build_pretrainer(config: BertConfig | dict | str | None = None,
     return BertPretrainer(config, next_sentence=objective == "mlm_nsp", dtype=dtype), vocab, True
 
 
-def _config_for_vocab(config, vocab_size):
+def _config_for_vocab(config: BertConfig | dict | str, vocab_size: int) -> BertConfig:
     """A preset takes the vocabulary's size; a config file or object must match it."""
     if isinstance(config, str) and config in PRESETS:
         return BertConfig.preset(config, vocab_size=vocab_size)

@@ -77,7 +77,7 @@ class Settings:
                 **({"objective": self.objective} if self.objective != "mlm_nsp" else {})}
 
 
-def _abspath(data):
+def _abspath(data: str | os.PathLike | list | tuple) -> str | list[str]:
     return ([os.path.abspath(f) for f in data] if isinstance(data, (list, tuple))
             else os.path.abspath(data))
 
@@ -92,7 +92,7 @@ def validate_settings(data: str | os.PathLike | list | None, output: str | os.Pa
                       dynamic_masking: bool, phase_steps: list[int] | None, seed: int,
                       strategy: str, tpu: str | None, backup_dir: str | None,
                       shuffle_buffer: int, objective: str = "mlm_nsp",
-                      text: str | list | None = None, text_mode: str = "nsp",
+                      text: str | list | None = None, text_mode: str | None = "nsp",
                       data_service: str | None = None) -> Settings:
     """Every argument of `pretrain` checked before any work, each problem in one line."""
     datas, text_mode = _data_sources(data, text, text_mode, data_service)
@@ -131,7 +131,8 @@ def validate_settings(data: str | os.PathLike | list | None, output: str | os.Pa
                     tpu, backup_dir, shuffle_buffer, objective, text_mode, data_service)
 
 
-def _data_sources(data, text, text_mode, data_service):
+def _data_sources(data: str | os.PathLike | list | None, text: str | list | None,
+                  text_mode: str | None, data_service: str | None) -> tuple[list, str | None]:
     """(the data of each phase, the text mode or None for shards), checked."""
     if (data is None) == (text is None):
         raise ValueError("pretrain needs shards (data) or text files (text), one of the two")
@@ -139,14 +140,15 @@ def _data_sources(data, text, text_mode, data_service):
         return [_text_files(text, text_mode)], text_mode
     if data_service:
         raise ValueError("a data service prepares text (--text), not shards (--data)")
-    datas = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    datas = ([data] if isinstance(data, (str, os.PathLike))
+             else list(data))   # type: ignore[arg-type]  # not None: `text` is
     for d in datas:
         if not os.path.exists(d) and not any(c in str(d) for c in "*?["):
             raise FileNotFoundError(f"pretraining data not found: {d}")
     return datas, None
 
 
-def _text_files(text, mode):
+def _text_files(text: str | os.PathLike | list, mode: str | None) -> list[str]:
     """The `text` argument → a checked list of file names."""
     from kbert.data.sentences import check_inputs
     from kbert.data.text import MODES  # imported on use: shards need no text pipeline
