@@ -45,33 +45,11 @@ import keras
 
 from kbert import checkpoint as checkpoint_lib
 from kbert import outputs, progress
+from kbert.serving.options import ExportOptions
 
 MAIN_ORDER = ("answer", "classify", "tag", "fill_mask", "next_sentence", "embed")
 HEAD_OF = {"fill_mask": "mlm", "next_sentence": "nsp", "answer": "span", "classify": "classifier",
            "classify_pair": "classifier", "tag": "tagger", "embed": None}
-
-
-@dataclasses.dataclass
-class ExportOptions:
-    """How the serving graph post-processes; each field is baked into the SavedModel."""
-
-    top_k: int = 5                # fillers per mask, answers per question
-    max_masks: int = 5            # [MASK]s answered per text (M)
-    answer_seq_length: int = 384  # SQuAD window, as `Bert.answer`
-    doc_stride: int = 128
-    max_query_length: int = 64
-    max_answer_length: int = 30
-    n_best: int = 20
-    window_batch: int = 32        # windows per model call inside `answer`
-
-    def __post_init__(self):
-        """Every option is a positive integer (a `doc_stride` of 0 would never end)."""
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            minimum = 8 if field.name == "answer_seq_length" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"ExportOptions: {field.name} must be an integer >= {minimum}, "
-                                 f"got {value!r}")
 
 
 class ExportError(ValueError):

@@ -19,15 +19,12 @@ Character offsets come from the tokenizer's byte offsets.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from kbert.hints import Tensor
 from kbert.serving.graph_ops import assemble, char_offset, cut
-
-if TYPE_CHECKING:   # type-only: the export imports this module
-    from kbert.serving.saved_model import ExportOptions
+from kbert.serving.options import ExportOptions
 
 
 def windows(special: tuple[int, int, int], question: Tensor, context: Tensor,
