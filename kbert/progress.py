@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable, Iterator, Sized
 from typing import IO, Any
 
 # tqdm is a dependency of TensorFlow's side (and of the data tools): light, no import of Keras
@@ -70,8 +70,20 @@ class _Lines:
 
 
 class _Bar(tqdm):
-    """tqdm, but a bar that an error ends (an exception through its `with`) is cleared, not
-    left: the error's line is what the output ends with."""
+    """tqdm, but a bar that an error ends (an exception through its `with`, or from the
+    iterable it wraps) is cleared, not left: the error's line is what the output ends with."""
+
+    def __init__(self, iterable: Iterable[Any] | None = None, **kwargs: Any):
+        super().__init__(iterable, **kwargs)
+        if iterable is not None:
+            self.iterable = self._guarded(iterable)
+
+    def _guarded(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        try:
+            yield from iterable
+        except BaseException:
+            self.leave = False      # tqdm closes the bar as the error leaves its loop
+            raise
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
         if exc_type is not None:

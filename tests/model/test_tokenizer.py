@@ -302,6 +302,7 @@ def test_build_vocab_cli(tmp_path, capsys):
     assert cli.main(["build-vocab", "--input", str(corpus), "--vocab-size", "150",
                      "--output", str(out), "--num-unused", "0"]) == 0
     assert out.read_text().splitlines()[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    capsys.readouterr()
     assert cli.main(["build-vocab", "--input", str(tmp_path / "nope.txt"), "--vocab-size",
                      "150", "--output", str(out), "--overwrite"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
