@@ -18,10 +18,12 @@ purpose — is `kbert.data.instances`'s. What this module adds:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
+    from tqdm import tqdm
+
     from kbert.tokenizer import Tokenizer
 
 import collections
@@ -72,11 +74,15 @@ def iter_blocks(paths: Sequence[str], input_format: str = "auto", block_size: in
         yield block
 
 
+# A block: documents, each a list of sentence strings.
+Block = list[list[str]]
+
+
 # --- blocks → shards ---------------------------------------------------------------------------
 _TOKENIZERS: dict = {}
 
 
-def _tokenizer(vocab, lower_case):
+def _tokenizer(vocab: Sequence[str], lower_case: bool) -> Tokenizer:
     from kbert.tokenizer import Tokenizer  # on use: instance making needs no TensorFlow
     key = (tuple(vocab), lower_case)
     if key not in _TOKENIZERS:
@@ -125,7 +131,8 @@ def write_block(index: int, block: Sequence[Sequence[str]], vocab: Sequence[str]
     return index, stats
 
 
-def _count(stats, features, masking):
+def _count(stats: collections.Counter, features: dict[str, np.ndarray],
+           masking: Vocabulary) -> None:
     lengths = features["input_mask"].sum(axis=1)
     real = features["masked_lm_weights"] > 0
     token = np.take_along_axis(features["input_ids"], features["masked_lm_positions"], 1)[real]
@@ -195,31 +202,34 @@ def create_pretraining_data(paths: Sequence[str], vocab: str | list[str], output
             if os.path.isdir(output_dir) else []
         out.commit(tmp)
     totals["replaced_bytes"] = sum(report.replaced.values())
-    totals.report, totals.removed = report, removed
+    # Two attributes on the Counter (read by `summary`), beside its counts:
+    totals.report, totals.removed = report, removed  # type: ignore[attr-defined]
     return totals
 
 
-def _input_bar(paths):
+def _input_bar(paths: Sequence[str]) -> tqdm:
     """A progress bar over the input files' bytes (`kbert.progress`)."""
     return progress_lib.bar(total=sum(os.path.getsize(p) for p in paths), desc="input",
                             unit="B", unit_scale=True, unit_divisor=1024)
 
 
-def _with_bytes_read(blocks, report):
+def _with_bytes_read(blocks: Iterable[Block],
+                     report: InputReport) -> Iterator[tuple[Block, int]]:
     """(block, input bytes read through its last document) for each block."""
     for block in blocks:
         yield block, report.bytes_read
 
 
-def _write_blocks(blocks, arguments, workers, bar):
+def _write_blocks(blocks: Iterable[tuple[Block, int]], arguments: tuple, workers: int,
+                  bar: Callable[[], tqdm] | None) -> collections.Counter:
     """Writes each (block, bytes read) as a shard (in `workers` processes); returns the totals.
     `bar()` makes a progress bar once the first blocks are read (an input that fails there
     shows none), moved to the bytes read as each shard is written; None: no bar."""
     from tqdm import tqdm
 
-    totals = collections.Counter()
+    totals: collections.Counter = collections.Counter()
 
-    def add(stats, read):
+    def add(stats: collections.Counter, read: int) -> None:
         totals.update(stats)
         totals["shards"] += 1
         shown.set_postfix_str(f"{totals['documents']} documents", refresh=False)
@@ -240,7 +250,8 @@ def _write_blocks(blocks, arguments, workers, bar):
     return totals
 
 
-def _write_each(blocks, arguments, workers, add):
+def _write_each(blocks: Iterable[tuple[Block, int]], arguments: tuple, workers: int,
+                add: Callable[[collections.Counter, int], None]) -> None:
     """`add(statistics, bytes read)` of each (block, bytes read) written as a shard."""
     if workers <= 1:
         for index, (block, read) in enumerate(blocks):
@@ -252,7 +263,7 @@ def _write_each(blocks, arguments, workers, add):
         vocab, lower_case = arguments[:2]
         with multiprocessing.get_context("spawn").Pool(
                 workers, initializer=_tokenizer, initargs=(vocab, lower_case)) as pool:
-            pending = collections.deque()
+            pending: collections.deque[tuple[Any, int]] = collections.deque()
             for index, (block, read) in enumerate(blocks):
                 pending.append((pool.apply_async(write_block, (index, block) + arguments), read))
                 while len(pending) >= 2 * workers:      # bounded: memory stays flat

@@ -18,11 +18,14 @@ Example:
 {'accuracy': 91.2}
 """
 
+from __future__ import annotations
+
 import dataclasses
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -34,6 +37,11 @@ from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.hardware import mixed_precision_policy
 from kbert.models import compilation
 from kbert.optimization import check_schedule, create_optimizer
+
+if TYPE_CHECKING:
+    from kbert.config import BertConfig
+    from kbert.finetune.tasks import Options, Task
+    from kbert.pipeline import Bert
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
 PAD_TO_MULTIPLE = 16   # batch widths rounded up: few shapes for XLA / JAX to compile
@@ -83,7 +91,7 @@ def predict(model: keras.Model, features: dict[str, np.ndarray], batch_size: int
     return results[None] if list(results) == [None] else results
 
 
-def _max_seq_length(spec, max_seq_length, config):
+def _max_seq_length(spec: Task, max_seq_length: int | None, config: BertConfig) -> int:
     if not max_seq_length:                 # the task's default, within the model's positions
         return min(spec.max_seq_length, config.max_position_embeddings)
     length = max_seq_length
@@ -93,20 +101,23 @@ def _max_seq_length(spec, max_seq_length, config):
     return length
 
 
-def _load(model, dtype="float32"):
+def _load(model: str | os.PathLike | checkpoint_lib.Checkpoint | Bert,
+          dtype: str = "float32") -> checkpoint_lib.Checkpoint:
     """A Checkpoint from a directory, a Checkpoint or what `kbert.load` returns; a directory
     is read with its encoder in `dtype` ("float32", "bfloat16" or "auto"; the heads stay
     float32)."""
     if isinstance(model, checkpoint_lib.Checkpoint):
         return model
     if hasattr(model, "checkpoint"):
-        return model.checkpoint
+        # a Keras-runtime `Bert` (`_graph_runtime_model`): its checkpoint has the layers
+        return model.checkpoint  # type: ignore[return-value]
     from kbert.runtime import resolve
     _, dtype = resolve("keras", dtype)
     return checkpoint_lib.load(model, dtype=dtype, head_dtype="float32")
 
 
-def _scores(spec, model, prepared, options, batch_size, tune=False, desc="scoring"):
+def _scores(spec: Task, model: Any, prepared: Prepared, options: Options, batch_size: int,
+            tune: bool = False, desc: str = "scoring") -> tuple[dict[str, float], Options]:
     outputs = predict(model, prepared.features, batch_size, spec.sequence_output, desc=desc)
     return spec.score(prepared, outputs, options, tune=tune)
 
@@ -136,11 +147,12 @@ def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
     bert = _graph_runtime_model(model, runtime, dtype)
     ckpt = bert.checkpoint if bert is not None else _load(model, dtype)
     options = ckpt.head_options.get(spec.head, {})
-    spec.check_options(options, ckpt.path)
+    # the path (None: a Checkpoint made in memory) only names it in an error message
+    spec.check_options(options, ckpt.path)  # type: ignore[arg-type]
     if bert is not None:
         predictor = _PassPredictor(bert, spec.head)
-    else:
-        predictor = ckpt.task_model(spec.head)
+    else:                             # `_load`'s Checkpoint (not a Bert's Contents)
+        predictor = ckpt.task_model(spec.head)  # type: ignore[attr-defined]
     from kbert.tokenizer import Tokenizer  # TensorFlow Text; predict() runs without it
     tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
     prepared = spec.encode(tokenizer, spec.read(data), _max_seq_length(
@@ -148,18 +160,22 @@ def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
     return _scores(spec, predictor, prepared, options, batch_size)[0]
 
 
-def _graph_runtime_model(model, runtime, dtype):
+def _graph_runtime_model(model: str | os.PathLike | checkpoint_lib.Checkpoint | Bert,
+                         runtime: str | None, dtype: str) -> Bert | None:
     """`kbert.load`'s model where the passes run on another runtime than Keras (or in int8),
     else None (the Keras task model is scored)."""
     if runtime in (None, "keras") and dtype != "int8":
         if getattr(model, "runtime", "keras") == "keras":
             return None
-        return model                                 # a graph runtime's `kbert.load` result
+        # a graph runtime's `kbert.load` result (only a `Bert` has a runtime)
+        return model  # type: ignore[return-value]
     if hasattr(model, "checkpoint"):
         raise ValueError("evaluate: pass the checkpoint directory with runtime=/dtype=, "
                          "not a loaded model")
     import kbert
-    return kbert.load(os.fspath(model), dtype=dtype, runtime=runtime or "keras")
+    # a directory here: a loaded `Bert` is refused above
+    return kbert.load(os.fspath(model),  # type: ignore[arg-type]
+                      dtype=dtype, runtime=runtime or "keras")
 
 
 class _PassPredictor:
@@ -168,7 +184,7 @@ class _PassPredictor:
 
     PASSES = ("classifier", "tagger", "span")     # the heads a runtime serves as a pass
 
-    def __init__(self, bert, head: str):
+    def __init__(self, bert: Bert, head: str) -> None:
         if head not in self.PASSES:
             raise ValueError(f"evaluate: the {head!r} head runs on the keras runtime only "
                              f"(runtime={bert.runtime!r} serves {', '.join(self.PASSES)})")
@@ -176,7 +192,7 @@ class _PassPredictor:
         require_head(bert.checkpoint, head, "evaluate")
         self.bert, self.kind = bert, head
 
-    def predict_on_batch(self, batch):
+    def predict_on_batch(self, batch: dict[str, np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:
         n = len(batch["input_ids"])
         features = {k: np.asarray(batch[k], "int32") for k in INPUT_KEYS}
         out = np.asarray(self.bert.text_runner.run(self.kind, features, n))
@@ -227,7 +243,8 @@ def encode(task: str, vocab: str | os.PathLike | Sequence[str], train: str | os.
                    spec.encode(tokenizer, dev_data, length, training=False, options=options))
 
 
-def _check_encoded(encoded, spec, ckpt, init):
+def _check_encoded(encoded: Encoded, spec: Task, ckpt: checkpoint_lib.Checkpoint,
+                   init: str | os.PathLike) -> None:
     if encoded.task != spec.name:
         raise ValueError(f"the encoded data is for {encoded.task}, not {spec.name}")
     if list(encoded.vocab) != list(ckpt.vocab) or encoded.do_lower_case != ckpt.do_lower_case:
@@ -251,16 +268,22 @@ class FinetuneResult:
 class KeepBest(keras.callbacks.Callback):
     """Scores the dev set after each epoch and saves the model when the main metric improves."""
 
-    def __init__(self, score, save, metric, verbose=True):
+    def __init__(self, score: Callable[[Any], dict[str, float]],
+                 save: Callable[[list[dict[str, Any]]], None], metric: str,
+                 verbose: bool = True) -> None:
         super().__init__()
         self.score, self.save, self.metric, self.verbose = score, save, metric, verbose
-        self.best, self.best_epoch, self.best_scores, self.history = None, 0, {}, []
-        self._start = None
+        self.best: float | None = None
+        self.best_epoch = 0
+        self.best_scores: dict[str, float] = {}
+        self.history: list[dict[str, Any]] = []
+        self._start: float | None = None
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._start = time.perf_counter()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        assert self._start is not None             # set by on_epoch_begin
         train_seconds = time.perf_counter() - self._start
         scores = self.score(self.model)
         entry = {"epoch": epoch + 1, "loss": float((logs or {}).get("loss", float("nan"))),
@@ -278,7 +301,9 @@ class KeepBest(keras.callbacks.Callback):
                           f"{' (best, saved)' if improved else ''}")
 
 
-def _model_card(task, init, train, dev, settings, history, metric):
+def _model_card(task: str, init: str | os.PathLike, train: str | os.PathLike,
+                dev: str | os.PathLike, settings: dict[str, Any], history: list[dict[str, Any]],
+                metric: str) -> str:
     lines = [f"# {task} fine-tuned with kbert", "",
              f"Fine-tuned with `kbert finetune {task}` from `{init}`.", "",
              f"- train file: `{train}`", f"- dev file: `{dev}`",
@@ -376,18 +401,20 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
                         bucketing=bucketing, precision=policy or "float32")
         card_exists = os.path.isfile(os.path.join(output, "MODEL_CARD.md"))
 
-        def score(keras_model):
+        def score(keras_model: Any) -> dict[str, float]:
             scores, new_options = _scores(spec, keras_model, dev_set, options, eval_batch_size,
                                           tune=tune_null_threshold, desc="scoring dev")
-            score.options = new_options
+            # the head options of the last scoring (SQuAD v2.0: a tuned threshold), for `save`
+            score.options = new_options  # type: ignore[attr-defined]
             return scores
 
-        def save(history):
+        def save(history: list[dict[str, Any]]) -> None:
             card = model_card or (None if card_exists else _model_card(
                 spec.name, init, train or "(encoded)", dev or "(encoded)", settings, history,
                 spec.metric))
             checkpoint_lib.save(output, model, vocab=ckpt.vocab, do_lower_case=ckpt.do_lower_case,
-                                head_options={spec.head: score.options}, dtype=save_dtype,
+                                head_options={spec.head: score.options},  # type: ignore[attr-defined]
+                                dtype=save_dtype,
                                 model_card=card)
 
         keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,8 @@ from kbert import hardware
 from kbert.runtime import graphs
 from kbert.runtime.kinds import Kind, graph_kind, input_names, kind_name
 
+# A loaded graph: numpy int32 features in, its one float32 output out.
+Session = Callable[[dict[str, np.ndarray]], np.ndarray]
 OPENVINO_PRECISION = {"float32": "f32", "bfloat16": "bf16", "int8": None}
 
 
@@ -49,12 +52,12 @@ class GraphRunner:
     pads = False
 
     def __init__(self, runtime: str, dtype: str, checkpoint_dir: str, folder: str | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None) -> None:
         self.runtime, self.dtype, self.threads = runtime, dtype, threads
         self.checkpoint_dir, self.folder = checkpoint_dir, folder
         self.traces = 0                       # graphs loaded (the Keras runner's traces)
         self.shapes: set[tuple] = set()
-        self._sessions: dict[Kind, Callable[[dict], np.ndarray]] = {}
+        self._sessions: dict[Kind, Session] = {}
         self._cache: str | None = None        # the cache folder: hashes the weights, once
 
     def _cache_folder(self) -> str:
@@ -62,7 +65,7 @@ class GraphRunner:
             self._cache = graphs.cache_dir(self.checkpoint_dir, self.runtime)
         return self._cache
 
-    def _made(self, kind) -> str | None:
+    def _made(self, kind: Kind) -> str | None:
         """The graph file of `kind` (float32) where one is made: the export's, else the cache's."""
         if self.folder:
             path = graphs.graph_path(self.folder, kind, self.runtime)
@@ -72,7 +75,7 @@ class GraphRunner:
         path = graphs.graph_path(self._cache_folder(), kind, self.runtime)
         return path if os.path.isfile(path) else None
 
-    def _graph_file(self, kind) -> str:
+    def _graph_file(self, kind: Kind) -> str:
         """The graph of `kind` at this runner's dtype, made (and quantized) where missing."""
         path = self._made(kind)
         if path is None:
@@ -86,7 +89,7 @@ class GraphRunner:
             path = quantized
         return path
 
-    def _load(self, kind):
+    def _load(self, kind: Kind) -> Session:
         path = self._graph_file(kind)
         self.traces += 1
         try:
@@ -112,7 +115,8 @@ class GraphRunner:
             if kind not in self._sessions:
                 self._sessions[kind] = self._load(kind)
 
-    def __call__(self, kind, features, padded=None):
+    def __call__(self, kind: Kind, features: dict[str, np.ndarray],
+                 padded: dict[str, np.ndarray] | None = None) -> Any:
         graph = graph_kind(kind)
         if graph not in self._sessions:
             self._sessions[graph] = self._load(graph)
@@ -121,15 +125,16 @@ class GraphRunner:
         self.shapes.add((kind_name(kind), tuple(sorted((k, v.shape) for k, v in inputs.items()))))
         out = self._sessions[graph](inputs)
         if graph == "mlm_logits" and kind != graph:
+            assert isinstance(kind, tuple)          # ("mlm", k): no other kind reads it
             return top_k(out, kind[1])
         if graph == "embed" and kind != graph:
             return out[:, 0 if kind == "embed_cls" else 1]
         return out
 
 
-def _openvino_session(path, dtype, threads):
+def _openvino_session(path: str, dtype: str, threads: int | None) -> Session:
     core = graphs.openvino_core()
-    config = {"PERFORMANCE_HINT": "LATENCY"}
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
     if OPENVINO_PRECISION[dtype]:
         config["INFERENCE_PRECISION_HINT"] = OPENVINO_PRECISION[dtype]
     config["INFERENCE_NUM_THREADS"] = int(threads or hardware.usable_cores())
@@ -137,13 +142,13 @@ def _openvino_session(path, dtype, threads):
     request = compiled.create_infer_request()
     output = compiled.output(0)
 
-    def run(inputs):
+    def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
         # A copy: the request reuses its output buffer on the next call.
         return np.array(request.infer(inputs)[output], np.float32)
     return run
 
 
-def _onnx_session(path, threads):
+def _onnx_session(path: str, threads: int | None) -> Session:
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -152,7 +157,7 @@ def _onnx_session(path, threads):
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     name = session.get_outputs()[0].name       # the one output (`kinds.output_of`)
 
-    def run(inputs):
+    def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(session.run([name], inputs)[0], np.float32)
     return run
 

@@ -23,6 +23,7 @@ export.json, read back from the graph written.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from kbert.runtime.kinds import INPUT_DIMS, Kind, output_of
@@ -53,7 +54,7 @@ def name_onnx(path: str, kind: Kind) -> None:
     os.replace(tmp, path)
 
 
-def _name_dims(value, names):
+def _name_dims(value: Any, names: Sequence[str | None]) -> None:
     """`dim_param` for each dimension `names` names (a size the graph fixes is left)."""
     for dim, name in zip(value.type.tensor_type.shape.dim, names):
         if name and not dim.HasField("dim_value"):
@@ -76,7 +77,7 @@ def describe_onnx(model: Any, kind: Kind) -> dict[str, list[dict[str, Any]]]:
     where the graph fixes one, else the dimension's name."""
     from onnx import helper
 
-    def entry(value, names):
+    def entry(value: Any, names: Sequence[str | None]) -> dict[str, Any]:
         tensor = value.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or names[i])
                  for i, d in enumerate(tensor.shape.dim)]
@@ -88,7 +89,7 @@ def describe_onnx(model: Any, kind: Kind) -> dict[str, list[dict[str, Any]]]:
 
 def describe_openvino(model: Any, kind: Kind) -> dict[str, list[dict[str, Any]]]:
     """`describe_onnx` of an `openvino.Model`: its dynamic dimensions are named as in ONNX."""
-    def entry(port, names):
+    def entry(port: Any, names: Sequence[str | None]) -> dict[str, Any]:
         shape = [d.get_length() if d.is_static else names[i]
                  for i, d in enumerate(port.get_partial_shape())]
         return {"name": port.get_any_name(), "dtype": port.get_element_type().to_dtype().name,

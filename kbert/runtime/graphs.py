@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -95,7 +95,7 @@ def graph_path(folder: str, kind: Kind, fmt: str) -> str:
     return os.path.join(folder, kind_name(kind) + SUFFIX[fmt])
 
 
-def _sample_features(kind):
+def _sample_features(kind: Kind) -> dict[str, np.ndarray]:
     """A tiny batch to build the model before export ([2, 8] tokens, ids of any vocabulary)."""
     ids = np.array([[2, 5, 6, 7, 8, 3, 0, 0],
                     [2, 9, 10, 4, 3, 0, 0, 0]], "int32")
@@ -154,7 +154,7 @@ def openvino_core() -> Any:
     return ov.Core()
 
 
-def _finish_openvino(path, kind):
+def _finish_openvino(path: str, kind: Kind) -> None:
     """Drops the results OpenVINO's TensorFlow reader adds for values the pass computes but
     does not return (shape scalars, the pooler of a pass that reads the sequence): the pass's
     own output is the first. Then names it (`graph_io.name_openvino`)."""
@@ -213,7 +213,7 @@ def convert_checkpoint(directory: str, folder: str, kinds: Iterable[Kind], fmt: 
         raise ExportError(f"making the {fmt} graphs on TensorFlow failed: {last}")
 
 
-def _convert_here(directory, folder, kinds, fmt):
+def _convert_here(directory: str, folder: str, kinds: Iterable[Kind], fmt: str) -> None:
     """The child process's work: each pass of the checkpoint through `convert_pass`."""
     import gc
 
@@ -379,7 +379,7 @@ def check_graph_file(folder: str, path: str) -> None:
                               f"{fix}")
 
 
-def _from_cache(directory, folder, kinds, fmt):
+def _from_cache(directory: str, folder: str, kinds: Sequence[Kind], fmt: str) -> None:
     """The passes of `directory` copied into `folder`, made into the cache first where missing
     (so a model already run with the runtime exports without converting again)."""
     cache = cache_dir(directory, fmt)
@@ -399,7 +399,7 @@ def int8_path(path: str) -> str:
     return stem + ".int8" + suffix
 
 
-def _main(argv):
+def _main(argv: list[str]) -> None:
     """`python -m kbert.runtime.graphs CKPT FOLDER FORMAT KIND...` (the child process of
     `convert_checkpoint`)."""
     directory, folder, fmt, *names = argv

@@ -8,14 +8,26 @@ batch and length on TensorFlow, a TorchScript trace on PyTorch (both run any pac
 around them.
 """
 
+from __future__ import annotations
+
 import functools
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import keras
 from keras import ops
 
+from kbert.runtime.kinds import Kind
 from kbert.runtime.passes import run_pass
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from kbert.backbone import BertBackbone
+
+# A compiled pass: a dict of features in, the pass's output (backend tensors) out.
+Compiled = Callable[[dict[str, Any]], Any]
 
 
 class ForwardPasses:
@@ -29,23 +41,24 @@ class ForwardPasses:
 
     runtime = "keras"
 
-    def __init__(self, backbone, heads, dtype="float32"):
+    def __init__(self, backbone: BertBackbone, heads: dict[str, Any],
+                 dtype: str = "float32") -> None:
         self.backbone, self.heads = backbone, heads
         self.dtype = dtype
         self.backend = keras.backend.backend()
         self.pads = self.backend == "jax"
         self.traces = 0
-        self.shapes = set()
-        self._functions = {}
+        self.shapes: set[tuple] = set()
+        self._functions: dict[tuple, Compiled] = {}
 
-    def _body(self, kind, features):
+    def _body(self, kind: Kind, features: dict[str, Any]) -> Any:
         self.traces += 1
         return run_pass(self.backbone, self.heads, kind, features)
 
-    def _traced(self, kind, features):
+    def _traced(self, kind: Kind, features: Mapping[str, Any]) -> Any:
         return self._body(kind, dict(features))
 
-    def _compile(self, kind, features):
+    def _compile(self, kind: Kind, features: dict[str, Any]) -> Compiled:
         if self.backend == "tensorflow":
             import tensorflow as tf
             # A partial, not a lambda: TF keys its "frequent retracing" warning on a function's
@@ -59,14 +72,14 @@ class ForwardPasses:
             import jax
             variables = self._variables()
 
-            def stateless(values, features):
+            def stateless(values: list[Any], features: dict[str, Any]) -> Any:
                 with keras.StatelessScope(state_mapping=list(zip(variables, values))):
                     return self._body(kind, dict(features))
             jitted = jax.jit(stateless)
             return lambda features: jitted([v.value for v in variables], features)
         return self._torch_trace(kind, features)
 
-    def _torch_trace(self, kind, features):
+    def _torch_trace(self, kind: Kind, features: dict[str, Any]) -> Compiled:
         """The pass as a TorchScript trace: the recorded tensor ops replayed without Keras'
         Python dispatch per layer (eager Keras spent ~2/3 of a short input's time there).
 
@@ -78,11 +91,11 @@ class ForwardPasses:
         runner, keys = self, sorted(features)
 
         class Pass(torch.nn.Module):
-            def __init__(self):
+            def __init__(self) -> None:
                 super().__init__()
                 self.layers = torch.nn.ModuleList([runner.backbone, *runner.heads.values()])
 
-            def forward(self, *tensors):
+            def forward(self, *tensors: Any) -> Any:
                 return runner._body(kind, dict(zip(keys, tensors)))
 
         example = tuple(torch.as_tensor(features[key]) for key in keys)
@@ -92,12 +105,12 @@ class ForwardPasses:
             warnings.simplefilter("ignore")
             traced = torch.jit.trace(Pass(), example, check_trace=False)
 
-        def run(features):
+        def run(features: dict[str, Any]) -> Any:
             with torch.no_grad():
                 return traced(*(torch.as_tensor(features[key]) for key in keys))
         return run
 
-    def _variables(self):
+    def _variables(self) -> list[Any]:
         seen, out = set(), []
         for layer in (self.backbone, *self.heads.values()):
             for v in layer.variables:
@@ -110,7 +123,8 @@ class ForwardPasses:
         """Nothing to make ahead: each method compiles on its first call (one trace; on JAX,
         one per bucket shape), in seconds."""
 
-    def __call__(self, kind, features, padded):
+    def __call__(self, kind: Kind, features: dict[str, np.ndarray],
+                 padded: dict[str, np.ndarray]) -> Any:
         """Numpy features → numpy output of the `kind` pass; `padded` is the batch padded to
         its bucket shape (what JAX runs: one compilation per bucket shape). TensorFlow and
         PyTorch run the packed batch through one function per kind, whatever its shape."""

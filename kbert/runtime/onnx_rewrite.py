@@ -19,6 +19,11 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 INV_SQRT2 = 0.7071067811865476
 
@@ -86,7 +91,7 @@ def fuse_for_onnx_runtime(path: str) -> int:
     return rewritten
 
 
-def _read(nodes) -> set[str]:
+def _read(nodes: Iterable[Any]) -> set[str]:
     """The names `nodes` read, in their subgraphs (If, Loop bodies) too."""
     names = set()
     for node in nodes:
@@ -97,7 +102,7 @@ def _read(nodes) -> set[str]:
     return names
 
 
-def _scalar(constants, name):
+def _scalar(constants: dict[str, Any], name: str) -> np.ndarray | None:
     """The value of a one-element float32 initializer `name`, else None."""
     from onnx import numpy_helper
     tensor = constants.get(name)

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from kbert.backbone import BertBackbone
 
 
-def _mask_logits(backbone, heads, features):
+def _mask_logits(backbone: BertBackbone, heads: dict[str, Any],
+                 features: dict[str, Any]) -> Any:
     """The MLM head's float32 logits [B, P, V] at `masked_lm_positions` only."""
     positions = ops.cast(features.pop("masked_lm_positions"), "int32")
     sequence = backbone(features, training=False)["sequence_output"]
@@ -72,7 +73,8 @@ class PassModel(keras.Model):
     """One pass as a Keras model (dict of features in, the pass's output out), for
     `model.export(format="onnx" | "openvino")`. Shares the checkpoint's layers."""
 
-    def __init__(self, backbone, heads, kind, **kwargs):
+    def __init__(self, backbone: BertBackbone, heads: dict[str, Any], kind: Kind,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kind = kind
         self.backbone = backbone

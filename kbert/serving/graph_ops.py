@@ -32,7 +32,7 @@ def truncate_pair(len_a: Tensor, len_b: Tensor, budget: int) -> tuple[Tensor, Te
     return tf.minimum(len_a, budget - len_b), len_b
 
 
-def _gather_padded(values, index, valid, fill):
+def _gather_padded(values: Tensor, index: Tensor, valid: Tensor, fill: Tensor) -> Tensor:
     """values[index] where valid, else fill; index may run outside values where not valid."""
     values = tf.concat([values, tf.zeros([1], values.dtype)], 0)
     index = tf.where(valid, index, tf.cast(tf.size(values) - 1, index.dtype))

@@ -19,7 +19,7 @@ class ExportOptions:
     n_best: int = 20
     window_batch: int = 32        # windows per model call inside `answer`
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """Every option is a positive integer (a `doc_stride` of 0 would never end)."""
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)

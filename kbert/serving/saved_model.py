@@ -34,12 +34,15 @@ Example:
 '/tmp/sm/1'
 """
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import keras
 
@@ -121,12 +124,14 @@ def _check_output(output: str, version: int, overwrite: bool) -> None:
     outputs.check(os.path.join(output, str(version)), "saved_model", overwrite)
 
 
-def _write(ckpt, names, output, version, options, overwrite):
+def _write(ckpt: checkpoint_lib.Checkpoint, names: Sequence[str], output: str, version: int,
+           options: ExportOptions, overwrite: bool) -> str:
     # Imported here, not above: a JAX or PyTorch process calls `export` without TensorFlow.
     import tensorflow as tf
 
     from kbert.serving.signatures import Signatures
 
+    assert ckpt.path is not None        # loaded from a directory (`checkpoint_lib.load`)
     sig = Signatures(ckpt, options)
     root = tf.Module()
     root.weights = sig.variables
@@ -170,8 +175,9 @@ except (ValueError, OSError) as e:
 """
 
 
-def _export_in_subprocess(checkpoint_dir, output, version, signatures, options, dtype,
-                          overwrite):
+def _export_in_subprocess(checkpoint_dir: str, output: str, version: int,
+                          signatures: Sequence[str] | None, options: ExportOptions, dtype: str,
+                          overwrite: bool) -> str:
     """`export` again with KERAS_BACKEND=tensorflow (the graph needs TF's backend), with every
     argument and option; the child imports the same kbert as this process."""
     request = {"checkpoint_dir": checkpoint_dir, "output": output, "version": int(version),
@@ -198,7 +204,7 @@ def saved_model_ops(saved_model_dir: str | os.PathLike) -> set[str]:
     return ops
 
 
-def _saved_model_proto(saved_model_dir):
+def _saved_model_proto(saved_model_dir: str | os.PathLike) -> Any:
     from tensorflow.core.protobuf import saved_model_pb2  # TensorFlow only when asked
 
     with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:

@@ -7,7 +7,7 @@ the encoder's `max_position_embeddings`, the same post-processing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -24,6 +24,10 @@ from kbert.serving.graph_ops import (
 )
 from kbert.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    from kbert.checkpoint import Checkpoint
+    from kbert.serving.options import ExportOptions
+
 INPUTS = {
     "fill_mask": ("text",), "next_sentence": ("sentence_a", "sentence_b"),
     "answer": ("question", "context"), "classify": ("text",),
@@ -34,7 +38,7 @@ INPUTS = {
 class Signatures:
     """Builds the signature functions of a loaded `kbert.checkpoint.Checkpoint`."""
 
-    def __init__(self, ckpt, options):
+    def __init__(self, ckpt: Checkpoint, options: ExportOptions) -> None:
         self.ckpt, self.options = ckpt, options
         self.backbone, self.heads = ckpt.backbone, ckpt.heads
         self.tokenizer = tok = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
@@ -58,20 +62,22 @@ class Signatures:
         return tf.function(fn, autograph=False).get_concrete_function(*specs)
 
     # --- shared steps -------------------------------------------------------------------------
-    def _encode(self, features):
+    def _encode(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         return self.backbone(features, training=False)
 
-    def _tokenize(self, texts):
+    def _tokenize(self, texts: Tensor) -> Tensor:
         return self.tokenizer.tokenize(texts, mask_literal=True)
 
-    def _pack(self, first, second=None):
+    def _pack(self, first: Tensor, second: Tensor | None = None) -> dict[str, Tensor]:
         return pack(self.special, first, second, self.max_seq_length)
 
     @staticmethod
-    def _features(input_ids, segment_ids, input_mask):
+    def _features(input_ids: Tensor, segment_ids: Tensor,
+                  input_mask: Tensor) -> dict[str, Tensor]:
         return {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask}
 
-    def _checked_features(self, input_ids, segment_ids, input_mask):
+    def _checked_features(self, input_ids: Tensor, segment_ids: Tensor,
+                          input_mask: Tensor) -> dict[str, Tensor]:
         """The `*_ids` signatures' inputs, checked in the graph first: a request with an id
         outside the vocabulary, a segment id outside the segment vocabulary, more tokens than
         the position embeddings hold, or inputs of different shapes fails with an
@@ -123,7 +129,7 @@ class Signatures:
         logits = self.heads["nsp"](self._encode(features)["pooled_output"])
         return {"is_next": tf.nn.softmax(logits, -1)[:, 0], "logits": logits}
 
-    def _classify(self, features):
+    def _classify(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         logits = self.heads["classifier"](self._encode(features)["pooled_output"])
         options = self.ckpt.head_options.get("classifier", {})
         if options.get("problem") == "regression":
@@ -186,7 +192,7 @@ class Signatures:
         texts = tf.gather(text, entity_row)
         nrows = tf.size(text, out_type=tf.int64)
 
-        def padded(values, fill):
+        def padded(values: Tensor, fill: float | str) -> Tensor:
             ragged = tf.RaggedTensor.from_value_rowids(values, entity_row, nrows=nrows)
             return ragged.to_tensor(tf.cast(fill, values.dtype))
         return {
@@ -206,7 +212,7 @@ class Signatures:
         options = self.ckpt.head_options.get("span", {})
         span_head = self.heads["span"]
 
-        def run(features):
+        def run(features: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
             return span_head(self._encode(features)["sequence_output"])
 
         context_ids, starts, ends = tok.tokenize_with_offsets(context)

@@ -66,7 +66,8 @@ def run_in_chunks(fn: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]],
     return tf.reshape(start, [-1, width])[:n], tf.reshape(end, [-1, width])[:n]
 
 
-def _max_context(position, example, index, start, length, count):
+def _max_context(position: Tensor, example: Tensor, index: Tensor, start: Tensor, length: Tensor,
+                 count: Tensor) -> Tensor:
     """True where the window is the one that gives `position` [W, K] the most context.
     Twin of `kbert.finetune.squad._max_context` (float64, so ties break the same way)."""
     siblings_start = tf.gather(tf.RaggedTensor.from_row_lengths(start, count).to_tensor(-1),
@@ -143,7 +144,7 @@ def answer(run: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]],
     has = pick >= 0
     pick = tf.maximum(pick, 0)
 
-    def take(x, fill):
+    def take(x: Tensor, fill: float | str) -> Tensor:
         x = tf.concat([x, tf.zeros([1], x.dtype)], 0)
         return tf.where(has, tf.gather(x, pick), tf.cast(fill, x.dtype))
     span_score = take(tf.cast(score, tf.float64), -float("inf"))
@@ -171,7 +172,7 @@ def answer(run: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]],
     perm = tf.where(empty_first[:, None], col, after)
     valid = tf.gather(valid, perm, batch_dims=1)
 
-    def ordered(x, fill):
+    def ordered(x: Tensor, fill: float | str) -> Tensor:
         x = tf.concat([tf.fill(tf.shape(x[:, :1]), tf.cast(fill, x.dtype)), x], 1)
         return tf.where(valid, tf.gather(x, perm, batch_dims=1), tf.cast(fill, x.dtype))
     prob = tf.where(valid, tf.gather(prob, perm, batch_dims=1), 0.0)
