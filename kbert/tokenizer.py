@@ -62,6 +62,40 @@ if TYPE_CHECKING:
 _SMALL_TEXTS, _SMALL_CHARS = 8, 3000   # at most: a request for the Rust tokenizer
 
 
+def check_texts(method: str, value: object, what: str = "text", allow_empty: bool = False,
+                plural: str | None = None, empty: str | None = None) -> tuple[list[str], bool]:
+    """(list of strings, whether one string was given): the one check of the texts every
+    entry point takes (the inference methods, `Index.add` and `Index.search`). A bad value is
+    one `ValueError` line naming `method` and the text: not a string or a list of strings,
+    an empty list (`empty`, or "the list of {plural} is empty"), an empty text (unless
+    `allow_empty`), text that is not valid Unicode (`unicode_problem`).
+
+    >>> check_texts("search", "where?", "query")
+    (['where?'], True)
+    >>> check_texts("search", ["ok", " "], "query")
+    Traceback (most recent call last):
+    ValueError: search: query 1 is empty
+    """
+    single = isinstance(value, str)
+    items = [value] if single else value
+    if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
+        raise ValueError(f"{method}: {what} must be a string or a list of strings, "
+                         f"got {type(value).__name__}")
+    items = list(items)
+    if not items:
+        raise ValueError(f"{method}: " + (empty or f"the list of {plural or what + 's'} is empty"))
+    for i, item in enumerate(items):
+        where = f"the {what}" if single else f"{what} {i}"
+        if not isinstance(item, str):
+            raise ValueError(f"{method}: {where} is a {type(item).__name__}, not a string")
+        if not allow_empty and not item.strip():
+            raise ValueError(f"{method}: {where} is empty")
+        problem = unicode_problem(item)
+        if problem:
+            raise ValueError(f"{method}: {where} has {problem}")
+    return items, single
+
+
 def unicode_problem(text: str) -> str | None:
     """Why `text` is not Unicode that can be tokenized (UTF-8 encoded), else None: "a lone
     surrogate U+D800 at position 1" — half of a pair, as a bad JSON escape (`"\\ud800"`) or

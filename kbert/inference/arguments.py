@@ -9,7 +9,9 @@ from typing import Union
 import numpy as np
 
 from kbert.checkpoint_format import Contents, MissingHeadError
-from kbert.tokenizer import unicode_problem
+
+# one check of the texts for every entry point (`Index` too): the tokenizer's
+from kbert.tokenizer import check_texts as texts
 
 Texts = Union[str, Sequence[str]]
 
@@ -26,31 +28,6 @@ def positive_int(method: str, name: str, value: object, minimum: int = 1) -> int
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{method}: {name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
-
-
-def texts(method: str, value: object, what: str = "text",
-          allow_empty: bool = False) -> tuple[list[str], bool]:
-    """(list of strings, whether one string was given); refuses non-string input, and empty
-    text unless `allow_empty` (an empty text still has a [CLS] vector, a class and no entities;
-    it has no next sentence and no answer)."""
-    single = isinstance(value, str)
-    items = [value] if single else value
-    if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
-        raise ValueError(f"{method}: {what} must be a string or a list of strings, "
-                         f"got {type(value).__name__}")
-    items = list(items)
-    if not items:
-        raise ValueError(f"{method}: the list of {what}s is empty")
-    for i, item in enumerate(items):
-        where = f"the {what}" if single else f"{what} {i}"
-        if not isinstance(item, str):
-            raise ValueError(f"{method}: {where} is a {type(item).__name__}, not a string")
-        if not allow_empty and not item.strip():
-            raise ValueError(f"{method}: {where} is empty")
-        problem = unicode_problem(item)
-        if problem:
-            raise ValueError(f"{method}: {where} has {problem}")
-    return items, single
 
 
 def pairs(method: str, first: object, second: object,

@@ -28,7 +28,7 @@ from kbert import outputs
 from kbert.retrieval import encoder as encoder_lib
 from kbert.retrieval import fusion
 from kbert.retrieval.passages import split_passages
-from kbert.tokenizer import unicode_problem
+from kbert.tokenizer import check_texts
 
 if TYPE_CHECKING:   # type-only: the pipeline imports this package; BM25 loads on use
     from kbert.pipeline import Bert
@@ -112,7 +112,7 @@ class Index:
         """Adds texts (split where too long) embedded by `model`, which must be the index's
         encoder (a progress bar over the passages, `kbert.progress`); returns the number of
         passages added."""
-        texts = _check_texts(texts)
+        texts, _ = check_texts("index", texts, empty="the collection is empty (no texts to index)")
         if metadata is not None and len(metadata) != len(texts):
             raise ValueError(f"index: {len(metadata)} metadata records for {len(texts)} texts")
         self.check_encoder(model)
@@ -182,7 +182,7 @@ class Index:
         "score", "source", "start", "end", ...metadata}. `model` defaults to the encoder the
         manifest names (loaded by name or path); `hybrid` to the index's option."""
         single = isinstance(queries, str)
-        queries = _check_queries(queries)
+        queries, _ = check_texts("search", queries, "query", plural="queries")
         top_k = _check_top_k(top_k)
         if not self.passages:
             raise ValueError("search: the index is empty")
@@ -389,42 +389,6 @@ def _read_passages(path: str) -> list[dict]:
                 raise IndexDirectoryError(f"{path}:{n}: expected an object with a 'text'")
             out.append(record)
     return out
-
-
-def _check_texts(texts: Sequence[str]) -> Sequence[str]:
-    if isinstance(texts, str):
-        texts = [texts]
-    if not isinstance(texts, Sequence) or isinstance(texts, (bytes, dict)):
-        raise ValueError(f"index: texts must be a list of strings, got {type(texts).__name__}")
-    texts = list(texts)
-    if not texts:
-        raise ValueError("index: the collection is empty (no texts to index)")
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise ValueError(f"index: text {i} is a {type(t).__name__}, not a string")
-        if not t.strip():
-            raise ValueError(f"index: text {i} is empty")
-        if problem := unicode_problem(t):
-            raise ValueError(f"index: text {i} has {problem}")
-    return texts
-
-
-def _check_queries(queries: str | Sequence[str]) -> list[str]:
-    items = [queries] if isinstance(queries, str) else queries
-    if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
-        raise ValueError(f"search: queries must be a string or a list of strings, got "
-                         f"{type(queries).__name__}")
-    items = list(items)
-    if not items:
-        raise ValueError("search: the list of queries is empty")
-    for i, q in enumerate(items):
-        if not isinstance(q, str):
-            raise ValueError(f"search: query {i} is a {type(q).__name__}, not a string")
-        if not q.strip():
-            raise ValueError(f"search: query {i} is empty")
-        if problem := unicode_problem(q):
-            raise ValueError(f"search: query {i} has {problem}")
-    return items
 
 
 def _check_top_k(top_k: object) -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from kbert.retrieval.fusion import fuse
-from kbert.tokenizer import unicode_problem
+from kbert.tokenizer import check_texts
 
 if TYPE_CHECKING:   # type-only: the pipeline imports this package
     from kbert.pipeline import Bert
@@ -79,20 +79,12 @@ def rerank(model: Bert, query: str, passages: Sequence[str], top_k: int | None =
     the order and "score" are the fused one (the module's note) and "rerank_score" is the
     reranker's log-odds.
     """
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("rerank: the query must be a non-empty string")
-    if isinstance(passages, str) or not isinstance(passages, Sequence):
-        raise ValueError("rerank: passages must be a list of strings")
-    passages = list(passages)
-    if not passages:
-        raise ValueError("rerank: the list of passages is empty")
-    for i, p in enumerate(passages):
-        if not isinstance(p, str) or not p.strip():
-            raise ValueError(f"rerank: passage {i} is empty or not a string")
-    for where, text in [("the query", query)] + [(f"passage {i}", p)
-                                                 for i, p in enumerate(passages)]:
-        if problem := unicode_problem(text):
-            raise ValueError(f"rerank: {where} has {problem}")
+    if not isinstance(query, str):
+        raise ValueError(f"rerank: the query must be a string, got {type(query).__name__}")
+    check_texts("rerank", query, "query")
+    if isinstance(passages, str):
+        raise ValueError("rerank: passages must be a list of strings, got one string")
+    passages, _ = check_texts("rerank", passages, "passage")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or top_k < 1):
         raise ValueError(f"rerank: top_k must be an integer >= 1, got {top_k!r}")
