@@ -118,9 +118,9 @@ NOTES = {
               "the same way and the passages ranked by cosine similarity, fused with BM25 word "
               "matching when *hybrid* is on; a cross-encoder (minilm-l6-squad-reranker) can "
               "rerank the top 20, reading question and passage together, its score fused with "
-              "the search's. A SQuAD model then reads the top three passages "
-              "and marks the best answer span. The index is kept per document: the next "
-              "question only searches and reads.",
+              "the search's. A SQuAD model then reads each of the top five passages, "
+              "weighs each span by its passage's score, and marks the best answer span. The "
+              "index is kept per document: the next question only searches and reads.",
     "attention": "**Self-attention.** Every layer lets each WordPiece token attend to all the "
                  "others; each row of the heatmap is one token's attention distribution for "
                  "the chosen layer and head (it sums to 1). Many heads attend to `[SEP]`, to "

@@ -8,7 +8,6 @@ The tab's default retriever and reader load in the background from the server's 
 (`preload`); a search that comes sooner waits for them, and the tab says so.
 """
 
-import bisect
 import collections
 import hashlib
 import importlib.util
@@ -28,7 +27,7 @@ log = logging.getLogger("app")
 
 PASSAGE_TOKENS = 128    # WordPieces per passage: a paragraph or two, short enough to rank sharply
 OVERLAP = 16            # pieces shared by the windows of a paragraph longer than a passage
-READ_PASSAGES = 3       # top passages the reader reads, as one context (comparable scores)
+READ_PASSAGES = 5       # top passages the reader reads (kbert.retrieval.ask's default)
 MAX_TOP_K = 20
 MAX_QUESTION_CHARS = 1_000
 MAX_FILES = 20
@@ -39,7 +38,6 @@ PASTED = "pasted text"
 NO_READER = "none"      # the reader choice that skips reading (search results only)
 NO_RERANKER = "none"    # the reranker choice that keeps the search order
 RERANK_CANDIDATES = 20  # the search hits a reranker reorders (at least the passages shown)
-SEPARATOR = "\n\n"      # between the passages the reader reads
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 
 
@@ -210,29 +208,23 @@ def index_for(registry, name, model, texts):
     return _indexes.get(key, lambda: _build_index(model, texts, max_tokens))
 
 
-# --- retrieve, then read ---------------------------------------------------------------------
-def read(reader, question, hits, n=READ_PASSAGES):
-    """(best, {rank: span}): the reader's best answer span among the top `n` passages, read as
-    one context (so that its scores compare across them), and each passage's best span; spans
-    are {"text", "score", "start", "end"} with offsets into their passage."""
-    top = [h["text"] for h in hits[:n]]
-    starts = [sum(len(t) + len(SEPARATOR) for t in top[:i]) for i in range(len(top))]
-    answers = reader.answer(question, SEPARATOR.join(top), top_k=20)
-    best, per_passage = None, {}
-    for a in answers:
-        if not a["text"]:                   # a SQuAD 2.0 reader's "no answer"
-            if best is None and not per_passage:
-                best = {"text": "", "score": a["score"], "rank": None}
-            continue
-        i = bisect.bisect_right(starts, a["start"]) - 1
-        start, end = a["start"] - starts[i], a["end"] - starts[i]
-        if end > len(top[i]):               # runs on into the next passage
-            continue
-        span = {"text": a["text"], "score": a["score"], "start": start, "end": end}
-        per_passage.setdefault(i, span)
-        if best is None:
-            best = dict(span, rank=i + 1)
-    return best, per_passage
+# --- retrieve, then read ----------------------------------------------------------------------
+def read(reader, question, hits):
+    """(best, {rank: span}) by `kbert.retrieval.read` (the algorithm `kbert.retrieval.ask` reads
+    with) of the top READ_PASSAGES `hits`: the best answer span, {"text", "score", "rank" (from
+    1)} with "text" "" where a SQuAD 2.0 reader's best is no answer, and each passage's best
+    span by its position in `hits` ({"text", "score", "start", "end"}, offsets into the
+    passage; none where it is no answer). None and {} where there are no hits."""
+    from kbert.retrieval import read as read_passages
+    got = read_passages(question, hits, reader, passages=READ_PASSAGES)
+    spans = {s["rank"]: {k: s[k] for k in ("text", "score", "start", "end")}
+             for s in got["spans"] if s["text"]}
+    top = got["best"]
+    if top is None:
+        return None, spans
+    if not top["text"]:
+        return {"text": "", "score": top["score"], "rank": None}, spans
+    return dict(spans[top["rank"]], rank=top["rank"] + 1), spans
 
 
 def hybrid_available():
@@ -268,7 +260,7 @@ def warm_retriever(model: "Bert") -> None:
 
 def warm_reader(model: "Bert") -> None:
     """A first answer read from one short passage (traces the reader's pass)."""
-    read(model, "What is read?", [{"text": "A short passage is read."}])
+    read(model, "What is read?", [{"text": "A short passage is read.", "score": 1.0}])
 
 
 def preload(registry: Registry) -> threading.Thread | None:

@@ -6,7 +6,7 @@ and answering questions over the collection (retrieve, then read), in one run.
         [--parts side-by-side,full,rerank,open-qa] [--first-stage minilm-l6-squad-retriever]
         [--rerank-init minilm-l6-squad] [--rerank-questions N (all)] [--rerank-epochs 1]
         [--rerank-lr 4e-5] [--rerank-negatives first-stage=1,bm25=1] [--reranker TRAINED]
-        [--eval-questions N]
+        [--eval-questions N] [--compare-reading]
 
 Data: the articles of part-a split as the fine-tuning results are (every fourth article held
 out: 18 training articles, 4,449 questions; 6 held-out, 1,039). Training pairs are (question,
@@ -211,6 +211,9 @@ def main():
                         help="rerank and open-qa: a seeded sample of N held-out questions "
                              "(reranking 50 passages for each of 1,039 takes an hour on a core)")
     parser.add_argument("--parts", default="side-by-side,full,rerank,open-qa")
+    parser.add_argument("--compare-reading", action="store_true",
+                        help="open-qa: also the top 3 read each weighted, and the top 3 and 5 "
+                             "read joined into one context")
     parser.add_argument("--rerank-init", default="minilm-l6-squad",
                         help="the checkpoint the reranker starts from (the untrained row is "
                              f"shown only for {NSP_INIT}'s NSP head)")
@@ -330,7 +333,8 @@ def main():
         print()
         open_qa(best_encoder, sub, sub_answers, sub_contexts, data.corpus,
                 reranker_path=args.reranker or (os.path.join(args.output, "reranker")
-                                                if "rerank" in parts else None))
+                                                if "rerank" in parts else None),
+                compare_reading=args.compare_reading)
     return 0 if ok else 1
 
 
@@ -430,9 +434,23 @@ def rerank(model, data, top):
     return reranker_rankings(model, data, first=top)
 
 
-def open_qa(encoder_path, data, answers, contexts, corpus, reranker_path=None):
+def read_joined(reader, question, hits, separator="\n\n"):
+    """The reader's best span in `hits`' passages joined into one context (the playground's
+    reading before it called `kbert.retrieval.ask`'s): the baseline of `--compare-reading`."""
+    top = [h["text"] for h in hits]
+    starts = [sum(len(t) + len(separator) for t in top[:i]) for i in range(len(top))]
+    for a in reader.answer(question, separator.join(top), top_k=20):
+        i = max(j for j in range(len(starts)) if starts[j] <= a["start"])
+        if a["text"] and a["end"] - starts[i] <= len(top[i]):
+            return a["text"]
+    return ""
+
+
+def open_qa(encoder_path, data, answers, contexts, corpus, reranker_path=None,
+            compare_reading=False):
     """Retrieve then read on the held-out questions (every part-a paragraph indexed), beside
-    the oracle paragraph."""
+    the oracle paragraph; `compare_reading`: also each passage read weighted from the top 3,
+    and the top 3 and 5 read joined into one context."""
     import kbert
     from kbert.finetune.metrics import squad_exact_f1
     from kbert.retrieval import Index
@@ -450,6 +468,14 @@ def open_qa(encoder_path, data, answers, contexts, corpus, reranker_path=None):
         got = ask(data.queries, index, reader, encoder=encoder, reranker=rr,
                   passages=5, candidates=20 if rr else 5)
         rows.append((name, [g["text"] for g in got]))
+    if compare_reading:
+        got = ask(data.queries, index, reader, encoder=encoder, passages=3)
+        rows.append(("retrieve (top 3) then read each passage, weighted",
+                     [g["text"] for g in got]))
+        hits = index.search(data.queries, encoder, top_k=5)
+        for n in (3, 5):
+            rows.append((f"retrieve (top {n}) then read them joined into one context",
+                         [read_joined(reader, q, h[:n]) for q, h in zip(data.queries, hits)]))
     print(f"| open QA on {len(data.queries)} held-out questions | EM | F1 |\n|---|---|---|")
     for name, predictions in rows:
         scored = [squad_exact_f1(p, a) for p, a in zip(predictions, answers)]

@@ -10,7 +10,7 @@ with a cross-encoder, and measure it.
     metrics.py   recall@k, MRR@10, nDCG@10 by ranx; SQuAD/JSONL retrieval data; evaluate
     training.py  training pairs, hard-negative mining, `train_retriever` (bi-encoder) and
                  `train_reranker` (cross-encoder): `kbert finetune retrieve|rerank`
-    open_qa.py   `ask`: retrieve, rerank, read — answers over a collection (`evaluate_open_qa`)
+    open_qa.py   `ask`: retrieve, rerank, `read` — answers over a collection (`evaluate_open_qa`)
 
 BM25, faiss and ranx come with the optional extra: pip install "kbert[retrieval]".
 """
@@ -22,7 +22,7 @@ _LAZY = {
                     "kbert.retrieval.index"),
     **dict.fromkeys(["evaluate_retrieve", "evaluate_rerank", "read_data", "score", "METRICS"],
                     "kbert.retrieval.metrics"),
-    **dict.fromkeys(["ask", "evaluate_open_qa"], "kbert.retrieval.open_qa"),
+    **dict.fromkeys(["ask", "read", "evaluate_open_qa"], "kbert.retrieval.open_qa"),
     **dict.fromkeys(["Pairs", "PairsError", "read_pairs", "mine_negatives", "train_retriever",
                      "train_reranker"], "kbert.retrieval.training"),
     "Passage": "kbert.retrieval.passages",

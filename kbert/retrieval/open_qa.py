@@ -23,11 +23,15 @@ if TYPE_CHECKING:   # type-only: the pipeline imports this package
     from kbert.pipeline import Bert
 
 
+PASSAGES = 5   # the best passages `read` reads (the playground's Search tab reads as many)
+
+
 def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert | None = None,
-        reranker: Bert | None = None, passages: int = 5, candidates: int = 20,
+        reranker: Bert | None = None, passages: int = PASSAGES, candidates: int = 20,
         temperature: float = 0.05, hybrid: bool | None = None,
         batch_size: int = 32) -> dict | list[dict]:
-    """The best answer to `question` (or each of a list) found in `index`'s passages.
+    """The best answer to `question` (or each of a list) found in `index`'s passages: the
+    passages retrieved (and reranked), then `read`.
 
     Args:
         index: a `kbert.retrieval.Index`; `encoder` the model it was built with (default: the
@@ -58,22 +62,46 @@ def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert
             order = rerank(reranker, q, [h["text"] for h in found], batch_size=batch_size,
                            first_scores=[h["score"] for h in found])
             found = [dict(found[r["index"]], rerank_score=r["rerank_score"]) for r in order]
-            weights = _softmax([h["rerank_score"] for h in found[:passages]], 1.0)
-        else:
-            weights = _softmax([h["score"] for h in found[:passages]], temperature)
-        found = found[:passages]
-        spans: Any = reader.answer([q] * len(found), [h["text"] for h in found],
-                                   batch_size=batch_size)
-        best = max(range(len(found)), key=lambda i: (weights[i] * spans[i][0]["score"], -i))
-        span = spans[best][0]
-        answers.append({"text": span["text"], "score": float(weights[best] * span["score"]),
-                        "start": span["start"], "end": span["end"], "passage": found[best],
-                        "reader_score": float(span["score"])})
+        best = read(q, found, reader, passages, temperature, batch_size)["best"]
+        answers.append({k: best[k] for k in ("text", "score", "start", "end", "passage",
+                                             "reader_score")})
         if shown is not None:
             shown.update(1)
     if shown is not None:
         shown.close()
     return answers[0] if single else answers
+
+
+def read(question: str, hits: Sequence[dict], reader: Bert, passages: int = PASSAGES,
+         temperature: float = 0.05, batch_size: int = 32) -> dict:
+    """The reader's answer to `question` in the best `passages` of `hits` (search hits, best
+    first: {"text", "score"}, and "rerank_score" where reranked): each passage read on its
+    own, its best span weighted by the passage's probability (the module's docstring).
+
+    Returns {"best": the best span (None where `hits` is empty), "spans": each passage read's
+    best span, in `hits`' order}; a span is {"text", "score" (P(passage) × P(span | passage)),
+    "start", "end" (character offsets into the passage), "passage" (its hit), "rank" (the
+    passage's position in `hits`, from 0), "reader_score" (P(span | passage))}. For a SQuAD
+    v2.0 reader a passage's best span may be the empty answer ("" text, offsets -1).
+    """
+    if passages < 1:
+        raise ValueError("read: passages must be >= 1")
+    if not temperature > 0:
+        raise ValueError(f"read: temperature must be > 0, got {temperature!r}")
+    found = list(hits)[:passages]
+    if not found:
+        return {"best": None, "spans": []}
+    if all("rerank_score" in h for h in found):
+        weights = _softmax([h["rerank_score"] for h in found], 1.0)
+    else:
+        weights = _softmax([h["score"] for h in found], temperature)
+    answers: Any = reader.answer([question] * len(found), [h["text"] for h in found],
+                                 batch_size=batch_size)
+    spans = [{"text": a[0]["text"], "score": float(w * a[0]["score"]), "start": a[0]["start"],
+              "end": a[0]["end"], "passage": hit, "rank": i, "reader_score": float(a[0]["score"])}
+             for i, (hit, w, a) in enumerate(zip(found, weights, answers))]
+    best = max(spans, key=lambda s: (s["score"], -s["rank"]))
+    return {"best": best, "spans": spans}
 
 
 def _softmax(scores: Sequence[float], temperature: float) -> np.ndarray:

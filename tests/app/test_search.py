@@ -106,6 +106,33 @@ def test_a_reranker_reorders_the_top_hits_fused_with_their_search_scores(served,
                        reranker=names["embedding"])
 
 
+@pytest.mark.parametrize("rerank", [False, True], ids=["searched", "reranked"])
+def test_the_search_tab_answers_as_kbert_retrieval_ask_does(served, rerank):
+    """One reading algorithm: on the same passages, question, retriever, reranker and reader,
+    the Search tab's answer and score are `kbert.retrieval.ask`'s."""
+    from kbert.retrieval import Index, ask
+    _, names, registry = served
+    question = "How often is the tower painted?"
+    reranker = names["reranker"] if rerank else search_lib.NO_RERANKER
+    out = search_lib.ask(registry, names["embedding"], names["span"], DOCUMENT, None, question,
+                         top_k=search_lib.READ_PASSAGES, hybrid=False, reranker=reranker)
+    encoder, reader = registry.get(names["embedding"]), registry.get(names["span"])
+    (_, text), = search_lib.read_documents(DOCUMENT, None)[0]
+    passages = [text[s:e] for s, e in search_lib.split_document(
+        encoder.tokenizer, text, search_lib.passage_tokens(encoder))]
+    want = ask(question, Index.build(encoder, passages), reader, encoder,
+               registry.get(reranker) if rerank else None, passages=search_lib.READ_PASSAGES,
+               candidates=search_lib.RERANK_CANDIDATES, hybrid=False)
+    got = out["answer"]
+    assert got is not None and got["text"] == want["text"]
+    assert got["score"] == pytest.approx(want["score"], rel=1e-4)
+    hit = out["hits"][got["rank"] - 1]
+    assert hit["text"] == want["passage"]["text"]
+    assert (got["start"] - hit["start"], got["end"] - hit["start"]) == (want["start"],
+                                                                        want["end"])
+    assert hit["answer"]["text"] == got["text"]                     # the span marked in it
+
+
 @pytest.mark.parametrize("case, expected", [
     ("empty document", "The document is empty"),
     ("empty question", "The question is empty"),
