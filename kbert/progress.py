@@ -68,6 +68,9 @@ class _Lines:
             if self.drawn > 1:
                 self.stream.write(text + "\n")
 
+    def flush(self) -> None:
+        self.stream.flush()
+
 
 class _Bar(tqdm):
     """tqdm, but a bar that an error ends (an exception through its `with`, or from the
@@ -89,9 +92,6 @@ class _Bar(tqdm):
         if exc_type is not None:
             self.leave = False
         super().__exit__(exc_type, exc_value, traceback)
-
-    def flush(self) -> None:
-        self.stream.flush()
 
 
 def bar(iterable: Iterable[Any] | None = None, *, total: float | None = None,
@@ -121,14 +121,16 @@ def echo(text: str, file: IO[str] | None = None) -> None:
     stream.flush()                      # a log shows the line now, not when the buffer fills
 
 
-def _scalars(logs: dict[str, Any] | None) -> dict[str, str]:
+def scalars(logs: dict[str, Any] | None) -> dict[str, str]:
+    """The logs' numbers as a progress line shows them (4 decimals, or 4 significant digits
+    in e-notation at 0.001 and below); values that are not one number are left out."""
     shown_logs = {}
     for key, value in (logs or {}).items():
         try:
             number = float(value)
         except (TypeError, ValueError):
             continue
-        shown_logs[key] = f"{number:.4f}" if abs(number) >= 1e-3 or number == 0 else f"{number:.2e}"
+        shown_logs[key] = f"{number:.4f}" if abs(number) > 1e-3 else f"{number:.4e}"
     return shown_logs
 
 
@@ -170,13 +172,13 @@ def fit_callback(desc: str = "train") -> Any:
                 now = time.monotonic()
                 # the logs only as often as they are drawn: reading them waits for the step
                 if self.bar.disable is False and now - self._logged >= self.bar.mininterval:
-                    self.bar.set_postfix(_scalars(logs), refresh=False)
+                    self.bar.set_postfix(scalars(logs), refresh=False)
                     self._logged = now
                 self.bar.update(1)
 
             def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
                 if self.bar is not None:
-                    self.bar.set_postfix(_scalars(logs), refresh=False)
+                    self.bar.set_postfix(scalars(logs), refresh=False)
 
             def on_train_end(self, logs: dict | None = None) -> None:
                 if self.bar is not None:
@@ -187,4 +189,40 @@ def fit_callback(desc: str = "train") -> Any:
     return _FIT_CALLBACK(desc)
 
 
-__all__ = ["LOG_INTERVAL", "bar", "echo", "fit_callback", "show", "shown", "terminal"]
+_PREDICT_CALLBACK: type | None = None
+
+
+def predict_callbacks(desc: str | None, total: int, batch_size: int,
+                      unit: str = "example") -> list[Any]:
+    """`predict`'s `callbacks`: a bar `desc` over its `total` rows, counted from each batch's
+    outputs, where they fill more than one batch; none without `desc`."""
+    global _PREDICT_CALLBACK
+    if not desc or total <= batch_size:
+        return []
+    if _PREDICT_CALLBACK is None:
+        import keras
+
+        class PredictProgress(keras.callbacks.Callback):
+            def __init__(self, desc: str, total: int, unit: str):
+                super().__init__()
+                self.desc, self.total, self.unit = desc, total, unit
+                self.bar: tqdm | None = None
+
+            def on_predict_begin(self, logs: dict | None = None) -> None:
+                self.bar = bar(total=self.total, desc=self.desc, unit=self.unit)
+
+            def on_predict_batch_end(self, batch: int, logs: dict | None = None) -> None:
+                if self.bar is not None:
+                    self.bar.update(int((logs or {})["outputs"].shape[0]))
+
+            def on_predict_end(self, logs: dict | None = None) -> None:
+                if self.bar is not None:
+                    self.bar.close()
+                    self.bar = None
+
+        _PREDICT_CALLBACK = PredictProgress
+    return [_PREDICT_CALLBACK(desc, total, unit)]
+
+
+__all__ = ["LOG_INTERVAL", "bar", "echo", "fit_callback", "predict_callbacks", "scalars", "show",
+           "shown", "terminal"]

@@ -189,34 +189,15 @@ def mine_negatives(pairs: Pairs, count: int, method: str = "bm25", encoder: Any 
 def embed(encoder: Any, texts: Sequence[str], batch_size: int = 64,
           desc: str | None = None) -> np.ndarray:
     """Unit vectors [n, H] from a `BertBiEncoder` with its preprocessor (length-sorted
-    batches); `desc`: a progress bar over the texts (`_predict_progress`)."""
+    batches); `desc`: a progress bar over the texts (`kbert.progress`)."""
     texts = list(texts)
     order = np.argsort([len(t) for t in texts], kind="stable")
     out = np.zeros((len(texts), encoder.config.hidden_size), np.float32)
     if texts:
         out[order] = np.asarray(encoder.predict(
             [texts[i] for i in order], batch_size=batch_size, verbose=0,
-            callbacks=_predict_progress(desc, len(texts), batch_size, "text")))
+            callbacks=progress.predict_callbacks(desc, len(texts), batch_size, "text")))
     return out
-
-
-def _predict_progress(desc: str | None, total: int, batch_size: int, unit: str) -> list:
-    """`predict`'s callbacks: a progress bar `desc` over its `total` rows, where they fill more
-    than one batch (`kbert.progress`); none without `desc`."""
-    if not desc or total <= batch_size:
-        return []
-    import keras
-
-    class PredictProgress(keras.callbacks.Callback):
-        def on_predict_begin(self, logs: dict | None = None) -> None:
-            self.bar = progress.bar(total=total, desc=desc, unit=unit)
-
-        def on_predict_batch_end(self, batch: int, logs: dict | None = None) -> None:
-            self.bar.update(int((logs or {})["outputs"].shape[0]))
-
-        def on_predict_end(self, logs: dict | None = None) -> None:
-            self.bar.close()
-    return [PredictProgress()]
 
 
 def retriever_rankings(encoder: Any, data: RetrievalData, depth: int = 100,
@@ -250,7 +231,8 @@ def reranker_scores(reranker: Any, data: RetrievalData, first: Any,
     passages = [data.corpus[r] for rows in first for r in rows]
     logits = np.asarray(reranker.predict(
         (queries, passages), batch_size=batch_size, verbose=0,
-        callbacks=_predict_progress("dev: reranking", len(queries), batch_size, "pair")),
+        callbacks=progress.predict_callbacks("dev: reranking", len(queries), batch_size,
+                                            "pair")),
         np.float64)
     return (logits[:, 1] - logits[:, 0]).reshape(len(first), -1)
 

@@ -129,11 +129,8 @@ class Progress(keras.callbacks.ProgbarLogger):
         left = max(0, self.total_steps - seen // self.accumulate) * per_step
         text = (f"{seen // self.accumulate:>{width}}/{self.total_steps} - "
                 f"{_clock(now - started)} - {_duration(per_step)}/step - {_clock(left)} left")
-        for key, value in (logs or {}).items():
-            if np.ndim(value) == 0:
-                value = float(value)
-                text += f" - {key}: " + (f"{value:.4f}" if abs(value) > 1e-3 else f"{value:.4e}")
-        return text
+        return text + "".join(f" - {key}: {value}"
+                              for key, value in progress.scalars(logs).items())
 
     def _write(self, text: str, end: str) -> None:
         sys.stdout.write(text.ljust(self._width if self._open else 0) + end)
