@@ -208,23 +208,7 @@ def index_for(registry, name, model, texts):
     return _indexes.get(key, lambda: _build_index(model, texts, max_tokens))
 
 
-# --- retrieve, then read ----------------------------------------------------------------------
-def read(reader, question, hits):
-    """(best, {rank: span}) by `kbert.retrieval.read` (the algorithm `kbert.retrieval.ask` reads
-    with) of the top READ_PASSAGES `hits`: the best answer span, {"text", "score", "rank" (from
-    1)} with "text" "" where a SQuAD 2.0 reader's best is no answer, and each passage's best
-    span by its position in `hits` ({"text", "score", "start", "end"}, offsets into the
-    passage; none where it is no answer). None and {} where there are no hits."""
-    from kbert.retrieval import read as read_passages
-    got = read_passages(question, hits, reader, passages=READ_PASSAGES)
-    spans = {s["rank"]: {k: s[k] for k in ("text", "score", "start", "end")}
-             for s in got["spans"] if s["text"]}
-    top = got["best"]
-    if top is None:
-        return None, spans
-    if not top["text"]:
-        return {"text": "", "score": top["score"], "rank": None}, spans
-    return dict(spans[top["rank"]], rank=top["rank"] + 1), spans
+# --- retrieve, then read: kbert.retrieval.ask ------------------------------------------------
 
 
 def hybrid_available():
@@ -260,7 +244,8 @@ def warm_retriever(model: "Bert") -> None:
 
 def warm_reader(model: "Bert") -> None:
     """A first answer read from one short passage (traces the reader's pass)."""
-    read(model, "What is read?", [{"text": "A short passage is read.", "score": 1.0}])
+    from kbert.retrieval import read
+    read("What is read?", [{"text": "A short passage is read.", "score": 1.0}], model)
 
 
 def preload(registry: Registry) -> threading.Thread | None:
@@ -326,7 +311,10 @@ def ask(registry, encoder, reader, document, files, question, top_k=5, hybrid=Tr
 
 
 def run(registry: Registry, planned: dict) -> dict:
-    """`ask`'s answer to a search `plan` (the checkpoints it names loaded first, if not yet)."""
+    """`ask`'s answer to a search `plan` (the checkpoints it names loaded first, if not yet):
+    `kbert.retrieval.ask` retrieves, reranks and reads, the algorithm of the library and of
+    `kbert evaluate open-qa`."""
+    from kbert.retrieval import ask as ask_index
     chosen = dict(planned["models"])
     encoder, question, documents = chosen["retriever"], planned["question"], planned["documents"]
     top_k, hybrid, notes = planned["top_k"], planned["hybrid"], list(planned["notes"])
@@ -336,30 +324,24 @@ def run(registry: Registry, planned: dict) -> dict:
 
     reranker = chosen.get("reranker")
     rerank_model = registry.get(reranker) if reranker else None
-    start = time.perf_counter()
-    hits = model.search(question, index, top_k=max(top_k, RERANK_CANDIDATES) if reranker
-                        else top_k, hybrid=hybrid)
-    search_seconds = time.perf_counter() - start
-    rerank_seconds = 0.0
-    if rerank_model is not None:
-        start = time.perf_counter()
-        order = rerank_model.rerank(question, [h["text"] for h in hits],
-                                    first_scores=[h["score"] for h in hits])
-        hits = [dict(hits[r["index"]], score=r["score"], rerank_score=r["rerank_score"])
-                for r in order]
-        rerank_seconds = time.perf_counter() - start
-    hits = hits[:top_k]
-    best, spans, read_seconds = None, {}, 0.0
-    if "reader" in chosen:
-        reader_model = registry.get(chosen["reader"])
-        start = time.perf_counter()
-        best, spans = read(reader_model, question, hits)
-        read_seconds = time.perf_counter() - start
+    reader_model = registry.get(chosen["reader"]) if "reader" in chosen else None
+    got = ask_index(question, index, reader_model, encoder=model, reranker=rerank_model,
+                    passages=min(READ_PASSAGES, top_k), candidates=RERANK_CANDIDATES,
+                    hybrid=hybrid, hits=top_k)
+    hits, seconds = got["hits"], got["seconds"]
+    spans = {rank: {k: hit["answer"][k] for k in ("text", "score", "start", "end")}
+             for rank, hit in enumerate(hits) if hit["answer"] and hit["answer"]["text"]}
+    best = None
+    if got["text"]:
+        best = dict(spans[got["rank"]], rank=got["rank"] + 1)
+    elif got["text"] == "":
+        best = {"text": "", "score": got["score"], "rank": None}
 
     out = []
     for rank, hit in enumerate(hits):
         name, text = documents[hit["document"]]
-        out.append({"rank": rank + 1, "score": hit["score"], "document": name,
+        out.append({"rank": rank + 1, "score": hit.get("fused_score", hit["score"]),
+                    "document": name,
                     "start": hit["document_start"], "end": hit["document_end"],
                     "text": hit["text"], "answer": spans.get(rank),
                     **({"rerank_score": hit["rerank_score"]} if "rerank_score" in hit else {})})
@@ -375,5 +357,7 @@ def run(registry: Registry, planned: dict) -> dict:
             "index": {"passages": len(index), "documents": len(documents),
                       "seconds": entry["seconds"], "cached": cached, "encoder": encoder,
                       "hybrid": hybrid},
-            "reranker": reranker, "search_seconds": search_seconds,
-            "rerank_seconds": rerank_seconds, "read_seconds": read_seconds, "notes": notes}
+            "reranker": reranker, "search_seconds": seconds["search"],
+            "rerank_seconds": seconds["rerank"],
+            "read_seconds": seconds["read"] if reader_model is not None else 0.0,
+            "notes": notes}

@@ -6,8 +6,10 @@
 """
 
 import os
+from typing import Any
 
 from kbert._lazy import lazy_attributes
+from kbert.inference import protocol
 
 # TensorFlow's C++ start-up chatter (CUDA probing, CPU flags) drowns the CLI's output; a value
 # the user sets still wins.
@@ -35,3 +37,13 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)
+
+
+def _load(path: str, dtype: str | None = None, runtime: str | None = None) -> Any:
+    """`kbert.load`, imported on first call: the loader the layers below the facade use
+    (`kbert.inference.protocol`), e.g. an index loading the encoder its manifest names."""
+    from kbert.pipeline import load
+    return load(path, dtype=dtype, runtime=runtime)
+
+
+protocol.set_default_loader(_load)

@@ -172,10 +172,10 @@ def _graph_runtime_model(model: str | os.PathLike | checkpoint_lib.Checkpoint | 
     if hasattr(model, "checkpoint"):
         raise ValueError("evaluate: pass the checkpoint directory with runtime=/dtype=, "
                          "not a loaded model")
-    import kbert
+    from kbert.pipeline import load
     # a directory here: a loaded `Bert` is refused above
-    return kbert.load(os.fspath(model),  # type: ignore[arg-type]
-                      dtype=dtype, runtime=runtime or "keras")
+    return load(os.fspath(model),  # type: ignore[arg-type]
+                dtype=dtype, runtime=runtime or "keras")
 
 
 class _PassPredictor:

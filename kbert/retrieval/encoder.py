@@ -7,17 +7,15 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from kbert import progress
-
-if TYPE_CHECKING:   # type-only: the pipeline imports this package
-    from kbert.pipeline import Bert
+from kbert.inference.protocol import Encoder
 
 
-def options(model: Bert) -> dict:
+def options(model: Encoder) -> dict:
     """{"pooling", "max_seq_length"} a model embeds with (`Bert.embedding_defaults`: e.g.
     all-MiniLM-L6-v2's mean pooling and 256 tokens)."""
     return dict(model.embedding_defaults)
@@ -27,7 +25,7 @@ def options(model: Bert) -> dict:
 CALL_BATCHES = 8
 
 
-def embed(model: Bert, texts: Sequence[str], batch_size: int = 16, desc: str | None = None,
+def embed(model: Encoder, texts: Sequence[str], batch_size: int = 16, desc: str | None = None,
           unit: str = "text") -> np.ndarray:
     """Unit-length float32 vectors [n, hidden] (the model's `embed(normalize=True)`,
     length-sorted batches). `desc`: a progress bar over the texts (counted in `unit`s), where
@@ -61,7 +59,7 @@ def embed(model: Bert, texts: Sequence[str], batch_size: int = 16, desc: str | N
 _IDENTITY_CACHE: dict = {}
 
 
-def identity(model: Bert) -> dict:
+def identity(model: Encoder) -> dict:
     """{"name", "path", "weights_sha256", "vocab_sha256", "pooling", "max_seq_length",
     "hidden_size"}:
     the encoder's weights hashed as the checkpoint stores them (the backbone's tensors only,
@@ -85,7 +83,7 @@ def identity(model: Bert) -> dict:
             "vocab_sha256": vocab, "hidden_size": model.config.hidden_size, **options(model)}
 
 
-def _weights_digest(path: str | None, model: Bert) -> str:
+def _weights_digest(path: str | None, model: Encoder) -> str:
     """sha256 over the backbone's tensors (name, dtype, shape, bytes) in name order: from the
     checkpoint file where there is one, else from the weights in memory."""
     h = hashlib.sha256()

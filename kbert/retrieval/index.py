@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kbert import outputs
+from kbert.inference.protocol import Encoder, Loader, default_loader
 from kbert.retrieval import encoder as encoder_lib
 from kbert.retrieval import fusion
 from kbert.retrieval.passages import split_passages
 from kbert.tokenizer import check_texts
 
-if TYPE_CHECKING:   # type-only: the pipeline imports this package; BM25 loads on use
-    from kbert.pipeline import Bert
+if TYPE_CHECKING:   # BM25 loads on use
     from kbert.retrieval.lexical import BM25
 
 FORMAT, VERSION = "kbert-index", 1
@@ -93,7 +93,7 @@ class Index:
 
     # --- building --------------------------------------------------------------------------
     @classmethod
-    def build(cls, model: Bert, texts: Sequence[str], metadata: Sequence[dict] | None = None,
+    def build(cls, model: Encoder, texts: Sequence[str], metadata: Sequence[dict] | None = None,
               batch_size: int = BATCH_SIZE, approximate: bool = False, hybrid: bool = False,
               overlap: int = OVERLAP, split: bool = True,
               dense_weight: float = fusion.DENSE_WEIGHT) -> Index:
@@ -107,7 +107,7 @@ class Index:
         index.add(model, texts, metadata, batch_size=batch_size, overlap=overlap)
         return index
 
-    def add(self, model: Bert, texts: Sequence[str], metadata: Sequence[dict] | None = None,
+    def add(self, model: Encoder, texts: Sequence[str], metadata: Sequence[dict] | None = None,
             batch_size: int = BATCH_SIZE, overlap: int = OVERLAP) -> int:
         """Adds texts (split where too long) embedded by `model`, which must be the index's
         encoder (a progress bar over the passages, `kbert.progress`); returns the number of
@@ -163,7 +163,7 @@ class Index:
     def __len__(self) -> int:
         return len(self.passages)
 
-    def check_encoder(self, model: Bert) -> None:
+    def check_encoder(self, model: Encoder) -> None:
         """Refuses a model other than the index's encoder, naming both."""
         theirs = encoder_lib.identity(model)
         ours = self.encoder
@@ -176,7 +176,7 @@ class Index:
                 f"or rebuild it")
 
     # --- search ----------------------------------------------------------------------------
-    def search(self, queries: str | Sequence[str], model: Bert | None = None, top_k: int = 10,
+    def search(self, queries: str | Sequence[str], model: Encoder | None = None, top_k: int = 10,
                hybrid: bool | None = None, batch_size: int = BATCH_SIZE) -> list:
         """The `top_k` passages for each query, best first: {"index" (the row), "text",
         "score", "source", "start", "end", ...metadata}. `model` defaults to the encoder the
@@ -248,13 +248,15 @@ class Index:
         return fusion.hybrid(dense_rows, lambda i, rows: self.vectors[rows] @ vectors[i],
                              self.bm25().scores(queries), top_k, self.dense_weight)
 
-    def load_encoder(self, runtime: str | None = None, dtype: str | None = None) -> Bert:
-        """The encoder the manifest names, loaded by path (else by name), with `kbert.load`'s
-        `runtime` and `dtype`. `runtime` defaults to the one that built the index where its
-        package is installed (an index built through ONNX Runtime is searched through it:
-        from a fresh shell in under a second, without TensorFlow), else Keras."""
-        import kbert
+    def load_encoder(self, runtime: str | None = None, dtype: str | None = None,
+                     loader: Loader | None = None) -> Encoder:
+        """The encoder the manifest names, loaded by path (else by name) with `loader` (default:
+        `kbert.load`) and its `runtime` and `dtype`. `runtime` defaults to the one that built
+        the index where its package is installed (an index built through ONNX Runtime is
+        searched through it: from a fresh shell in under a second, without TensorFlow), else
+        Keras."""
         from kbert.runtime.options import RuntimeOptionError, require_package
+        load = loader or default_loader()
         if runtime is None and self.runtime not in (None, "keras"):
             try:
                 require_package(self.runtime)
@@ -264,7 +266,7 @@ class Index:
         for where in (self.encoder.get("path"), self.encoder.get("name")):
             if where and (os.path.isdir(where) or os.sep not in where):
                 try:
-                    return kbert.load(where, dtype=dtype, runtime=runtime)
+                    return load(where, dtype=dtype, runtime=runtime)
                 except RuntimeOptionError:
                     raise                       # the encoder is there; the option is not
                 except ValueError:

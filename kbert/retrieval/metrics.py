@@ -12,15 +12,12 @@ import dataclasses
 import json
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kbert import progress
+from kbert.inference.protocol import Encoder
 from kbert.jsonl import json_lines
-
-if TYPE_CHECKING:   # type-only: the pipeline imports this package
-    from kbert.pipeline import Bert
 
 METRICS = ("recall@1", "recall@5", "recall@20", "mrr@10", "ndcg@10")
 
@@ -142,7 +139,7 @@ def score(rankings: Sequence[Sequence[int]], relevant: Sequence[set[int]],
     return {m: round(100.0 * float(values[m]), 2) for m in metrics}
 
 
-def evaluate_retrieve(model: Bert, path: str, hybrid: bool = False, batch_size: int = 16,
+def evaluate_retrieve(model: Encoder, path: str, hybrid: bool = False, batch_size: int = 16,
                       depth: int = 100) -> dict[str, float]:
     """Indexes the data's corpus with `model`, searches every query (`depth` hits) and scores
     the rankings (`kbert evaluate retrieve`)."""
@@ -162,7 +159,7 @@ def _sources(hits: list[dict]) -> list[int]:
     return out
 
 
-def evaluate_rerank(model: Bert, path: str, candidates: int = 20, batch_size: int = 32,
+def evaluate_rerank(model: Encoder, path: str, candidates: int = 20, batch_size: int = 32,
                     max_queries: int | None = None, fuse: bool = False) -> dict[str, float]:
     """BM25's top `candidates` per query, reordered by the cross-encoder `model`, scored
     (`kbert evaluate rerank`); the first `max_queries` queries when given. `fuse`: reordered
@@ -183,7 +180,7 @@ def evaluate_rerank(model: Bert, path: str, candidates: int = 20, batch_size: in
     return score(np.take_along_axis(first, order, 1).tolist(), data.relevant)
 
 
-def _reranked(model: Bert, data: RetrievalData, first: np.ndarray, batch_size: int,
+def _reranked(model: Encoder, data: RetrievalData, first: np.ndarray, batch_size: int,
               log_odds: bool) -> np.ndarray:
     """The cross-encoder's scores [q, k] of each query's first-stage rows `first` [q, k],
     a few batches of pairs per call (a progress bar over the queries)."""

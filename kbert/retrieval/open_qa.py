@@ -10,39 +10,46 @@ log-odds of relevance at temperature 1).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from kbert import progress
+from kbert.inference.protocol import Encoder
 from kbert.retrieval.encoder import CALL_BATCHES
 from kbert.retrieval.index import Index
 
-if TYPE_CHECKING:   # type-only: the pipeline imports this package
-    from kbert.pipeline import Bert
-
-
 PASSAGES = 5   # the best passages `read` reads (the playground's Search tab reads as many)
+ANSWER = ("text", "score", "start", "end", "passage", "rank", "reader_score")  # what `ask` gives
 
 
-def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert | None = None,
-        reranker: Bert | None = None, passages: int = PASSAGES, candidates: int = 20,
-        temperature: float = 0.05, hybrid: bool | None = None,
-        batch_size: int = 32) -> dict | list[dict]:
+def ask(question: str | Sequence[str], index: Index, reader: Encoder | None,
+        encoder: Encoder | None = None, reranker: Encoder | None = None,
+        passages: int = PASSAGES, candidates: int = 20, temperature: float = 0.05,
+        hybrid: bool | None = None, batch_size: int = 32,
+        hits: int | None = None) -> dict | list[dict]:
     """The best answer to `question` (or each of a list) found in `index`'s passages: the
-    passages retrieved (and reranked), then `read`.
+    passages retrieved (and reranked), then `read`. The playground's Search tab and
+    `kbert evaluate open-qa` answer through it.
 
     Args:
         index: a `kbert.retrieval.Index`; `encoder` the model it was built with (default: the
             one its manifest names).
-        reader: a checkpoint with a span head (e.g. `kbert.load("minilm-l6-squad")`).
-        reranker: a cross-encoder that reorders the first `candidates` hits, fused with
-            their search scores (optional).
+        reader: a checkpoint with a span head (e.g. `kbert.load("minilm-l6-squad")`); None
+            retrieves (and reranks) only: the answer's "text" is None.
+        reranker: a cross-encoder that reorders the first `candidates` hits by their fused
+            score (`kbert.retrieval.rerank`; optional).
         passages: how many of the best passages the reader reads.
+        hits: also return the first `hits` search hits (as the Search tab shows them).
     Returns {"text", "score", "start", "end" (character offsets into the passage),
-    "passage": the search hit the answer is in ({"index", "text", "score", ...}),
-    "reader_score"}; a list of them for a list of questions.
+    "passage": the search hit the answer is in ({"index", "text", "score", ...}), "rank"
+    (the passage's position among the hits, from 0), "reader_score"}; a list of them for a
+    list of questions. With `hits`, each also has
+    "hits" (best first: the search hit, with "fused_score" and "rerank_score" where reranked,
+    and "answer": its passage's best span where read, else None) and "seconds" ({"search",
+    "rerank", "read"}: the question's share of each stage).
     """
     single = isinstance(question, str)
     questions: list[str] = [question] if isinstance(question, str) else list(question)
@@ -50,29 +57,46 @@ def ask(question: str | Sequence[str], index: Index, reader: Bert, encoder: Bert
         raise ValueError("ask: passages and candidates must be >= 1")
     if not temperature > 0:
         raise ValueError(f"ask: temperature must be > 0, got {temperature!r}")
-    depth = max(passages, candidates) if reranker is not None else passages
-    hits = index.search(questions, encoder, top_k=depth, hybrid=hybrid, batch_size=batch_size)
+    shown = max(passages, hits or 0)
+    depth = max(shown, candidates) if reranker is not None else shown
+    started = time.perf_counter()
+    retrieved = index.search(questions, encoder, top_k=depth, hybrid=hybrid,
+                             batch_size=batch_size)
+    search_seconds = (time.perf_counter() - started) / max(len(questions), 1)
     answers = []
-    shown = progress.bar(total=len(questions), desc="reading", unit="question") \
+    bar = progress.bar(total=len(questions), desc="reading", unit="question") \
         if len(questions) > 1 else None
-    for q, found in zip(questions, hits):
+    for q, found in zip(questions, retrieved):
         found = list(found)
+        seconds = {"search": search_seconds, "rerank": 0.0, "read": 0.0}
         if reranker is not None:
             from kbert.retrieval.rerank import rerank
+            started = time.perf_counter()
             order = rerank(reranker, q, [h["text"] for h in found], batch_size=batch_size,
                            first_scores=[h["score"] for h in found])
-            found = [dict(found[r["index"]], rerank_score=r["rerank_score"]) for r in order]
-        best = read(q, found, reader, passages, temperature, batch_size)["best"]
-        answers.append({k: best[k] for k in ("text", "score", "start", "end", "passage",
-                                             "reader_score")})
-        if shown is not None:
-            shown.update(1)
-    if shown is not None:
-        shown.close()
+            found = [dict(found[r["index"]], fused_score=r["score"],
+                          rerank_score=r["rerank_score"]) for r in order]
+            seconds["rerank"] = time.perf_counter() - started
+        started = time.perf_counter()
+        got = read(q, found, reader, passages, temperature, batch_size) \
+            if reader is not None else {"best": None, "spans": []}
+        seconds["read"] = time.perf_counter() - started
+        best = got["best"] or dict.fromkeys(ANSWER)
+        answer = {k: best[k] for k in ANSWER}
+        if hits is not None:
+            spans = {s["rank"]: s for s in got["spans"]}
+            answer["hits"] = [dict(hit, answer=spans.get(rank)) for rank, hit in
+                              enumerate(found[:hits])]
+            answer["seconds"] = seconds
+        answers.append(answer)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     return answers[0] if single else answers
 
 
-def read(question: str, hits: Sequence[dict], reader: Bert, passages: int = PASSAGES,
+def read(question: str, hits: Sequence[dict], reader: Encoder, passages: int = PASSAGES,
          temperature: float = 0.05, batch_size: int = 32) -> dict:
     """The reader's answer to `question` in the best `passages` of `hits` (search hits, best
     first: {"text", "score"}, and "rerank_score" where reranked): each passage read on its
@@ -110,7 +134,7 @@ def _softmax(scores: Sequence[float], temperature: float) -> np.ndarray:
     return e / e.sum()
 
 
-def evaluate_open_qa(reader: Bert, path: str, encoder: Bert, reranker: Bert | None = None,
+def evaluate_open_qa(reader: Encoder, path: str, encoder: Encoder, reranker: Encoder | None = None,
                      passages: int = 5, candidates: int = 20, hybrid: bool = False,
                      batch_size: int = 32) -> dict[str, float]:
     """SQuAD exact match and F1 (percentages) of `ask` on a SQuAD JSON file, each question

@@ -15,15 +15,13 @@ mistakes. The weight was fixed at 0.5 before measuring, not tuned.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import numpy as np
 
+from kbert.inference.protocol import Encoder
 from kbert.retrieval.fusion import fuse
 from kbert.tokenizer import check_texts
-
-if TYPE_CHECKING:   # type-only: the pipeline imports this package
-    from kbert.pipeline import Bert
 
 FIRST_STAGE_WEIGHT = 0.5   # the first stage's share of a fused order (fixed, not tuned)
 
@@ -34,7 +32,7 @@ def fused_rows(first: np.ndarray, log_odds: np.ndarray) -> np.ndarray:
     return np.stack([fuse(f, r, FIRST_STAGE_WEIGHT) for f, r in zip(first, log_odds)])
 
 
-def scorer(model: Bert) -> str:
+def scorer(model: Encoder) -> str:
     """The head `rerank` scores with: 'classifier' where present, else 'nsp'."""
     from kbert.checkpoint_format import MissingHeadError  # Keras is loaded with the model
     for head in ("classifier", "nsp"):
@@ -46,7 +44,7 @@ def scorer(model: Bert) -> str:
         f"{', '.join(model.checkpoint.heads) or 'no heads'}")
 
 
-def pair_scores(model: Bert, queries: Sequence[str], passages: Sequence[str],
+def pair_scores(model: Encoder, queries: Sequence[str], passages: Sequence[str],
                 batch_size: int = 32, log_odds: bool = False) -> list[float]:
     """One relevance score per (query, passage) pair, higher is more relevant: a probability
     (`log_odds`: log(p / (1 - p)), which keeps near-certain pairs apart), or a one-output
@@ -68,7 +66,7 @@ def pair_scores(model: Bert, queries: Sequence[str], passages: Sequence[str],
     return (np.log(p) - np.log1p(-p)).tolist()
 
 
-def rerank(model: Bert, query: str, passages: Sequence[str], top_k: int | None = None,
+def rerank(model: Encoder, query: str, passages: Sequence[str], top_k: int | None = None,
            batch_size: int = 32, log_odds: bool = False,
            first_scores: Sequence[float] | None = None) -> list[dict]:
     """[{"index", "text", "score"}] of `passages` sorted by relevance to `query`, best first

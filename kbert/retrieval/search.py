@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from kbert.inference.protocol import Encoder
 from kbert.retrieval.index import Index
 
-if TYPE_CHECKING:   # type-only: the pipeline imports this package
-    from kbert.pipeline import Bert
 
-
-def search(model: Bert, queries: str | Sequence[str], passages_or_index: Sequence[str] | Index,
+def search(model: Encoder, queries: str | Sequence[str], passages_or_index: Sequence[str] | Index,
            top_k: int = 10, hybrid: bool | None = None, batch_size: int = 16) -> list:
     """The `top_k` best passages per query: [{"index", "text", "score"}], best first.
 

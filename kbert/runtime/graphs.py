@@ -284,7 +284,9 @@ def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
     The checkpoint's files are copied beside the graphs, so the directory is also a checkpoint
     (the Keras runtime, fine-tuning and new passes still work from it).
     """
-    from kbert import __version__, checkpoint
+    from importlib.metadata import version
+
+    from kbert import checkpoint
     from kbert.runtime.options import resolve
 
     runtime, dtype = resolve(fmt, dtype)
@@ -310,7 +312,7 @@ def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
         _step(shown, "describing the graph files")
         manifest = {"format": fmt, "dtype": dtype, "kinds": [kind_name(k) for k in kinds],
                     "vocab_sha256": sha256_file(os.path.join(tmp, "vocab.txt")),
-                    "heads": heads, "kbert_version": __version__,
+                    "heads": heads, "kbert_version": version("kbert"),
                     "graph_files": _describe_files(tmp, fmt),
                     "graphs": {kind_name(kind): {"file": os.path.relpath(path, tmp),
                                                  **describe_graph(path, fmt, kind)}

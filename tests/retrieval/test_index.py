@@ -83,22 +83,23 @@ def test_the_runtime_that_built_an_index_loads_its_encoder(encoder, tmp_path, mo
     Keras; a runtime asked for wins."""
     import importlib.util
 
-    import kbert
+    from kbert.inference import protocol
     index = Index.build(encoder, PASSAGES[:2])
     assert index.runtime == encoder.runtime == "keras"
     index.runtime = "onnx"                         # as if built by kbert.load(..., runtime="onnx")
     index.save(tmp_path / "idx")
     assert json.loads((tmp_path / "idx" / "index.json").read_text())["runtime"] == "onnx"
     loaded, asked = Index.load(tmp_path / "idx"), []
-    monkeypatch.setattr(kbert, "load", lambda where, dtype=None, runtime=None:
-                        asked.append(runtime) or encoder)
+    monkeypatch.setattr(protocol, "_default", [
+        lambda where, dtype=None, runtime=None: asked.append(runtime) or encoder])
     real = importlib.util.find_spec
     for installed in (True, False):
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: real(name, *a)
                             if installed or name != "onnxruntime" else None)
         loaded.load_encoder()
-    loaded.load_encoder(runtime="keras")
-    assert asked == ["onnx", None, "keras"]
+    loaded.load_encoder(runtime="keras", loader=lambda where, dtype=None, runtime=None:
+                        asked.append(("loader", runtime)) or encoder)
+    assert asked == ["onnx", None, ("loader", "keras")]
 
 
 def test_long_texts_are_split_with_overlap_and_said_so(encoder):
