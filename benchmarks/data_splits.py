@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 
-from kbert.finetune.squad import split_by_article
+from kbert.tasks.squad import split_by_article
 
 HELD_OUT_EVERY = 4
 

@@ -143,9 +143,9 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
 
     from kbert import checkpoint as checkpoint_lib
     from kbert.finetune import PAD_TO_MULTIPLE, batching
-    from kbert.finetune.tasks import get_task
     from kbert.models import BertClassifier
     from kbert.optimization import create_optimizer
+    from kbert.tasks.registry import get_task
     from kbert.tokenizer import Tokenizer
 
     torch.manual_seed(args.seed[0])

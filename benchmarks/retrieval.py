@@ -14,7 +14,7 @@ does and once as kbert indexes by default (long paragraphs split into overlappin
 paragraph ranked by its best passage); ranx's reciprocal rank fusion of BM25 and kbert's dense
 run; kbert's hybrid search (`kbert.retrieval.fusion.hybrid`). The hybrid's dense weight is
 chosen on other questions than it is scored on: the articles split as the fine-tuning results
-are (`kbert.finetune.squad.split_by_article`: every fourth article held out, 6 of 24), the
+are (`kbert.tasks.squad.split_by_article`: every fourth article held out, 6 of 24), the
 weight tuned on the 18 training articles' questions is scored on the 6 held-out articles' and
 the reverse; the all-questions row puts the two halves together (each question scored with a
 weight chosen without it).

@@ -63,9 +63,9 @@ NSP_INIT = "minilm-l6-mlm-nsp"      # its NSP head is a reranker before any trai
 
 def split(path):
     """(training Pairs, held-out RetrievalData over every paragraph of the file)."""
-    from kbert.finetune.squad import split_by_article
     from kbert.retrieval.metrics import RetrievalData
     from kbert.retrieval.training import Pairs
+    from kbert.tasks.squad import split_by_article
     train, held = split_by_article(path, HELD_OUT_EVERY)
     with open(path, encoding="utf-8") as f:
         articles = json.load(f)["data"]
@@ -452,9 +452,9 @@ def open_qa(encoder_path, data, answers, contexts, corpus, reranker_path=None,
     the oracle paragraph; `compare_reading`: also each passage read weighted from the top 3,
     and the top 3 and 5 read joined into one context."""
     import kbert
-    from kbert.finetune.metrics import squad_exact_f1
     from kbert.retrieval import Index
     from kbert.retrieval.open_qa import ask
+    from kbert.tasks.metrics import squad_exact_f1
     reader = kbert.load("minilm-l6-squad")
     encoder = kbert.load(encoder_path)
     index = Index.build(encoder, corpus)

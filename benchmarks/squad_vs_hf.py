@@ -10,7 +10,7 @@ On a GPU every engine trains in bfloat16 (kbert `mixed_bfloat16`, HF `torch.auto
 - kbert: the task model, optimizer and length-bucketed batches of `kbert finetune squad`
   (each batch padded to its own longest row, widths in steps of 16), `model.fit`, XLA on JAX,
   `jit_compile="auto"` on PyTorch (torch.compile on CUDA). The batches come from a
-  `keras.utils.PyDataset` (`kbert.finetune.batching.Batches`, what `kbert finetune` feeds on
+  `keras.utils.PyDataset` (`kbert.tasks.batching.Batches`, what `kbert finetune` feeds on
   JAX and PyTorch), so nothing here needs TensorFlow.
 - HF: the plain PyTorch loop of `run_qa.py` (random batches padded to 384, its default
   `pad_to_max_length`; `hf-longest` pads each batch to its longest row instead), fused AdamW,
@@ -53,7 +53,7 @@ TRAIN_KEYS = ("input_ids", "segment_ids", "input_mask", "start_positions", "end_
 # --- prepare (needs TensorFlow Text) ------------------------------------------------------------
 def prepare(args):
     from kbert.config import read_vocab
-    from kbert.finetune import squad
+    from kbert.tasks import squad
     from kbert.tokenizer import Tokenizer
 
     train_json, held_json = squad.split_by_article(args.squad, 4)
@@ -99,7 +99,7 @@ def _load_bundle(bundle):
 
 
 def _score(held, held_features, start_logits, end_logits):
-    from kbert.finetune import metrics, squad_postprocess
+    from kbert.tasks import metrics, squad_postprocess
     result = squad_postprocess.postprocess(held.examples, held_features, start_logits, end_logits)
     return metrics.squad_v1_1(held.dataset, result.predictions)
 
@@ -117,9 +117,9 @@ def engine_kbert(args):
     import keras
 
     from kbert import checkpoint
-    from kbert.finetune import batching
     from kbert.finetune.loop import PAD_TO_MULTIPLE, predict
     from kbert.optimization import create_optimizer
+    from kbert.tasks import batching
 
     if _gpu():
         keras.mixed_precision.set_global_policy("mixed_bfloat16")

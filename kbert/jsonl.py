@@ -1,6 +1,6 @@
 """JSON Lines: one JSON value a line, blank lines skipped; a line that is not JSON raises an
 error naming the file and the line (and a file that is not UTF-8, `not_utf8`). Your own
-files (`kbert.finetune.userdata`), the texts to index (`kbert.retrieval.passages`) and the
+files (`kbert.tasks.userdata`), the texts to index (`kbert.retrieval.passages`) and the
 retrieval data (`kbert.retrieval.metrics`) read it.
 
 Example:

@@ -22,7 +22,7 @@ from kbert.hardware import mixed_precision_policy
 # The parser imports nothing heavy: `kbert --help`, every subcommand's `--help` and argument
 # errors answer without TensorFlow or Keras (seconds and ~1 GB). Each `run_*` imports what it
 # calls. The task names are therefore spelled out here; a test checks them against the registry
-# (`kbert.finetune.tasks.TASKS`).
+# (`kbert.tasks.registry.TASKS`).
 TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad",
               "squad2", "conll2003", "swag", "classify", "regress", "tag", "qa")
 

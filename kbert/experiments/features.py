@@ -27,8 +27,8 @@ import numpy as np
 from kbert import checkpoint as checkpoint_lib
 from kbert import outputs
 from kbert.experiments.units import Units
-from kbert.finetune import batching, ner
 from kbert.hints import Tensor
+from kbert.tasks import batching, ner
 from kbert.tokenizer import Tokenizer
 
 if TYPE_CHECKING:   # type-only

@@ -219,7 +219,7 @@ def task_files(units: Units, work: str, shared: str, plan: Plan,
 def _task_files(folder: str, shared: str, plan: Plan, files: TaskFiles) -> dict[str, list[str]]:
     """Each task's [train, dev] files; SQuAD split 18/6 by article (written to `folder`), and
     in quick mode the dev files cut to `max_dev_examples` rows."""
-    from kbert.finetune.squad import split_by_article
+    from kbert.tasks.squad import split_by_article
     os.makedirs(folder, exist_ok=True)
     out = {}
     for task, (train, dev) in files.items():

@@ -18,7 +18,7 @@ from kbert._lazy import lazy_attributes
 _LAZY = {
     **dict.fromkeys(["PAD_TO_MULTIPLE", "Encoded", "FinetuneResult", "KeepBest", "encode",
                      "evaluate", "finetune", "predict"], "kbert.finetune.loop"),
-    **dict.fromkeys(["TASKS", "get_task"], "kbert.finetune.tasks"),
+    **dict.fromkeys(["TASKS", "get_task"], "kbert.tasks.registry"),
 }
 __all__ = sorted(_LAZY)
 

@@ -9,7 +9,7 @@ epoch, and keeps the best epoch as a checkpoint directory (written atomically), 
 run's curves beside it (`history.json`, `curves.png`: `kbert.curves`).
 
 `evaluate` scores a fine-tuned checkpoint on a file: the dict `kbert evaluate` prints.
-The per-task reading, encoding and scoring lives in `kbert.finetune.tasks`.
+The per-task reading, encoding and scoring lives in `kbert.tasks.registry`.
 
 Example:
 >>> result = finetune("sst2", "saved_models/minilm", "SST-2/train.tsv",  # doctest: +SKIP
@@ -32,16 +32,16 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert import curves, outputs, progress
-from kbert.finetune import batching
-from kbert.finetune.tasks import TASKS, Prepared, get_task
 from kbert.hardware import mixed_precision_policy
 from kbert.models import compilation
 from kbert.optimization import check_schedule, create_optimizer
+from kbert.tasks import batching
+from kbert.tasks.registry import TASKS, Prepared, get_task
 
 if TYPE_CHECKING:
     from kbert.config import BertConfig
-    from kbert.finetune.tasks import Options, Task
     from kbert.pipeline import Bert
+    from kbert.tasks.registry import Options, Task
 
 INPUT_KEYS = ("input_ids", "segment_ids", "input_mask")
 PAD_TO_MULTIPLE = 16   # batch widths rounded up: few shapes for XLA / JAX to compile

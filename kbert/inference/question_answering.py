@@ -1,14 +1,14 @@
 """answer: extractive QA over SQuAD windows, the n-best spans of the span head (the windows and
-the post-processing are `kbert.finetune.squad`'s and `squad_postprocess`'s, as in training)."""
+the post-processing are `kbert.tasks.squad`'s and `squad_postprocess`'s, as in training)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from kbert.checkpoint_format import Contents
-from kbert.finetune import squad, squad_postprocess
 from kbert.inference.arguments import Texts, pairs, positive_int, require_head
 from kbert.inference.runner import TextRunner
+from kbert.tasks import squad, squad_postprocess
 
 
 def answer(runner: TextRunner, ckpt: Contents, question: Texts, context: Texts, top_k: int = 1,

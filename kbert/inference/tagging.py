@@ -1,5 +1,5 @@
 """tag: named entities from the tagger head, each word labelled at its first WordPiece and IOB
-tags grouped into entities by conlleval's rules (`kbert.finetune.metrics.entities`)."""
+tags grouped into entities by conlleval's rules (`kbert.tasks.metrics.entities`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from kbert.checkpoint_format import Contents
-from kbert.finetune.metrics import entities
 from kbert.inference.arguments import Texts, positive_int, require_head, softmax, texts
 from kbert.inference.runner import TextRunner
+from kbert.tasks.metrics import entities
 
 
 def tag(runner: TextRunner, ckpt: Contents, text: Texts,

@@ -1,7 +1,7 @@
 """Compiled steps on JAX: a persistent compilation cache, and the compiles counted and timed.
 
 JAX compiles a program per input shape (XLA). A fine-tuning run sees one shape per batch width
-(`kbert.finetune.batching.width_ladder` keeps them to a few) and every run of the same command
+(`kbert.tasks.batching.width_ladder` keeps them to a few) and every run of the same command
 compiled them all again. With the persistent cache on, the second run reads them from disk:
 `enable_persistent_cache` turns it on for `fit` on kbert's models and for every `kbert`
 command, in `~/.cache/kbert/jax` (`$XDG_CACHE_HOME/kbert/jax`), unless JAX already has a cache

@@ -1,5 +1,5 @@
 """What the fine-tuning task models share: raw-text `fit`/`evaluate`/`predict` through an attached
-preprocessor (`kbert.preprocessing`), `compile()` with the paper's recipe (AdamW, weight decay
+preprocessor (`kbert.tasks.preprocessing`), `compile()` with the paper's recipe (AdamW, weight decay
 0.01 but none on LayerNorm and biases, lr 5e-5 with 10% warmup then linear decay over the
 training steps, known at `fit` from the dataset's size × epochs), and checkpoint directories in
 and out (`from_checkpoint`, `save_checkpoint`).
@@ -61,7 +61,7 @@ class FineTunedModel(TaskModel):
         """
         # The preprocessor needs TensorFlow (tf-text): imported on use, so kbert.models
         # imports without it.
-        from kbert.preprocessing import PREPROCESSORS
+        from kbert.tasks.preprocessing import PREPROCESSORS
         ckpt: Contents = read(path, dtype, head_dtype="float32" if dtype else None)
         head: str = cls.head_name   # type: ignore[assignment]  # every task model names its head
         if num_labels is not None and labels is not None and len(labels) != num_labels:

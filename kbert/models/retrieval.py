@@ -76,7 +76,8 @@ class BertBiEncoder(FineTunedModel):
         dtype: the encoder's Keras dtype policy (e.g. "mixed_bfloat16"; the sentence vectors
         and scores are float32 either way).
         """
-        from kbert import checkpoint_format, preprocessing  # TensorFlow, on use
+        from kbert import checkpoint_format
+        from kbert.tasks import preprocessing  # TensorFlow, on use
         if num_labels is not None or labels:
             raise ValueError("a bi-encoder has no labels")
         ckpt: Contents = checkpoint_format.read(path, dtype)

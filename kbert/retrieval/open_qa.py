@@ -143,8 +143,8 @@ def evaluate_open_qa(reader: Encoder, path: str, encoder: Encoder, reranker: Enc
     the paragraph (`passage_recall`): `kbert evaluate open-qa`."""
     import json
 
-    from kbert.finetune.metrics import squad_exact_f1
     from kbert.retrieval.metrics import RetrievalDataError, read_data
+    from kbert.tasks.metrics import squad_exact_f1
     data = read_data(path)
     if path.endswith(".jsonl"):
         raise RetrievalDataError(f"{path}: open-qa needs SQuAD JSON (questions with answers)")

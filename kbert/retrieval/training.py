@@ -79,7 +79,7 @@ def read_pairs(path: str, query_column: str = "query", positive_column: str = "p
         raise PairsError(f"{path}: no such file")
     if path.endswith(".json"):
         return _squad_pairs(path)
-    from kbert.finetune.userdata import table_rows
+    from kbert.tasks.userdata import table_rows
     pairs = Pairs([], [], [] if negative_column else None)
     ids: dict[str, str] = {}
     try:
@@ -349,9 +349,9 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
     """
     import keras
 
-    from kbert.finetune.batching import distinct_batch_count
     from kbert.models import BertBiEncoder
     from kbert.optimization import check_schedule
+    from kbert.tasks.batching import distinct_batch_count
     check_schedule(epochs, batch_size, learning_rate, warmup, min_batch_size=2)
     policy = mixed_precision_policy(mixed_precision)                 # None: float32
     keras.utils.set_random_seed(seed)

@@ -4,7 +4,7 @@
                     saved_model_ops (the ops a written SavedModel uses)
     signatures.py   the tf.functions: tokenize in the graph, run the model, post-process
     graph_ops.py    in-graph packing, offsets and entity grouping (twins of the Python code)
-    squad_graph.py  in-graph SQuAD windows and n-best spans (twin of kbert.finetune.squad*)
+    squad_graph.py  in-graph SQuAD windows and n-best spans (twin of kbert.tasks.squad*)
 
 Writing needs TensorFlow and tensorflow-text; `export` may be called from any backend.
 """

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from kbert.finetune.metrics import chunk_ends, chunk_starts, split_tag
 from kbert.hints import Tensor
+from kbert.tasks.metrics import chunk_ends, chunk_starts, split_tag
 
 # (cls_id, sep_id, pad_id)
 Special = tuple[int, int, int]
@@ -127,7 +127,7 @@ def mask_positions(input_ids: Tensor, mask_id: int, max_masks: int) -> tuple[Ten
 
 
 def chunk_tables(labels: Sequence[str]) -> tuple[Tensor, Tensor, Tensor]:
-    """conlleval's chunk start / end rules (`kbert.finetune.metrics`) as [L + 1, L + 1] tables over
+    """conlleval's chunk start / end rules (`kbert.tasks.metrics`) as [L + 1, L + 1] tables over
     (previous label, label); index L is the "O" that surrounds each sentence."""
     parts = [split_tag(label) for label in labels] + [("O", "")]
     ends = [[chunk_ends(p[0], t[0], p[1], t[1]) for t in parts] for p in parts]
@@ -138,11 +138,11 @@ def chunk_tables(labels: Sequence[str]) -> tuple[Tensor, Tensor, Tensor]:
 def group_entities(tables: tuple[Tensor, Tensor, Tensor], word_label: Tensor,
                    word_row: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Word labels (flat over the batch, rows in order) → entities as conlleval groups them:
-    the twin of `kbert.finetune.metrics.entities` (tests/serving/test_graph_ops.py holds them
+    the twin of `kbert.tasks.metrics.entities` (tests/serving/test_graph_ops.py holds them
     equal).
 
     A chunk is open at a word exactly when its tag is not O, so the sequential rule of
-    `kbert.finetune.metrics.entities` becomes: a chunk ends at word i when ends[label_i, label_i+1]
+    `kbert.tasks.metrics.entities` becomes: a chunk ends at word i when ends[label_i, label_i+1]
     (label_i+1 = the sentinel O at a sentence end) and began at the last word j <= i with
     starts[label_j-1, label_j]. Returns (first word, last word, type) of each entity, flat.
     """

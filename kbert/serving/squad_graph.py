@@ -1,7 +1,7 @@
 """Extractive QA in the graph: SQuAD sliding windows, n-best spans and the v2.0 null answer.
 
-The same steps as `kbert.pipeline.Bert.answer` (`kbert.finetune.squad.encode_squad` then
-`kbert.finetune.squad_postprocess.postprocess`), batched over questions:
+The same steps as `kbert.pipeline.Bert.answer` (`kbert.tasks.squad.encode_squad` then
+`kbert.tasks.squad_postprocess.postprocess`), batched over questions:
 
 1. the question keeps its first `max_query_length` tokens; windows of the context start every
    min(room, doc_stride) tokens, room = max_seq_length - question - 3, until one reaches the end;
@@ -32,7 +32,7 @@ def windows(special: tuple[int, int, int], question: Tensor, context: Tensor,
             ) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Ragged question / context ids [B, (n)] → window features [W, T] and, per window, its
     question, its first context token and its length; `b_index` [W, T] indexes the flat
-    context tokens (-1 outside the context). Twin of `kbert.finetune.squad.encode_squad`'s
+    context tokens (-1 outside the context). Twin of `kbert.tasks.squad.encode_squad`'s
     windows (`_windows`)."""
     q_len = tf.minimum(question.row_lengths(), max_query_length)
     c_len = context.row_lengths()
@@ -69,7 +69,7 @@ def run_in_chunks(fn: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]],
 def _max_context(position: Tensor, example: Tensor, index: Tensor, start: Tensor, length: Tensor,
                  count: Tensor) -> Tensor:
     """True where the window is the one that gives `position` [W, K] the most context.
-    Twin of `kbert.finetune.squad._max_context` (float64, so ties break the same way)."""
+    Twin of `kbert.tasks.squad._max_context` (float64, so ties break the same way)."""
     siblings_start = tf.gather(tf.RaggedTensor.from_row_lengths(start, count).to_tensor(-1),
                                example)[:, None, :]                            # [W, 1, N]
     siblings_length = tf.gather(tf.RaggedTensor.from_row_lengths(length, count).to_tensor(0),
@@ -92,7 +92,7 @@ def answer(run: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]],
            version_2: bool, threshold: float) -> dict[str, Tensor]:
     """The signature body. question / context: ragged ids; `offsets`: the context tokens'
     (starts, ends) byte offsets, ragged like `context`. Returns the output dict.
-    Twin of `kbert.finetune.squad_postprocess.postprocess` (Python); tests/serving/test_export.py
+    Twin of `kbert.tasks.squad_postprocess.postprocess` (Python); tests/serving/test_export.py
     holds the exported answers equal to the pipeline's."""
     features, example, index, start, length, count, b_index = windows(
         special, question, context, seq_length, options.doc_stride,

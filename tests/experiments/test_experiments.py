@@ -131,7 +131,7 @@ def test_feature_based_ner_reads_each_words_first_piece():
 
     from kbert import BertBackbone, BertConfig
     from kbert.experiments import features
-    from kbert.finetune import ner
+    from kbert.tasks import ner
     from kbert.tokenizer import Tokenizer
 
     vocab = tiny_vocab()

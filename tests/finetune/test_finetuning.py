@@ -12,7 +12,7 @@ from keras import ops
 import kbert
 from helpers import tiny_vocab
 from kbert import checkpoint, cli, finetune, outputs
-from kbert.finetune.tasks import get_task
+from kbert.tasks.registry import get_task
 from kbert.tokenizer import Tokenizer
 
 NOUNS = "man dog cat fox store milk mat paris france".split()

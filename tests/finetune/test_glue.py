@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from helpers import uncased_tokenizer
-from kbert.finetune import batching, glue
+from kbert.tasks import batching, glue
 
 
 @pytest.fixture(scope="module")

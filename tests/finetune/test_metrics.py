@@ -1,4 +1,4 @@
-"""kbert.finetune.metrics against the official SQuAD scripts (verbatim copies), seqeval and
+"""kbert.tasks.metrics against the official SQuAD scripts (verbatim copies), seqeval and
 sklearn/scipy."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import seqeval.metrics
 
 import squad_official
-from kbert.finetune import metrics
+from kbert.tasks import metrics
 
 GOLD = {  # qid -> gold answer texts ([] = unanswerable in v2.0)
     "articles": ["the Denver Broncos", "Denver Broncos"],

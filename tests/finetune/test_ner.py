@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from helpers import uncased_tokenizer
-from kbert.finetune import ner
+from kbert.tasks import ner
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_iob_conversions_round_trip():
     assert ner.to_iob2(iob1) == iob2
     assert ner.to_iob1(iob2) == iob1
     assert ner.detect_scheme([iob1]) == "iob1" and ner.detect_scheme([iob2]) == "iob2"
-    from kbert.finetune import metrics
+    from kbert.tasks import metrics
     assert metrics.entities(iob1) == metrics.entities(iob2)
 
 

@@ -12,9 +12,9 @@ import tensorflow as tf
 
 import kbert
 from helpers import tiny_vocab
-from kbert import cli, preprocessing
-from kbert.finetune import glue, ner, userdata
+from kbert import cli
 from kbert.optimization import AdamW, WarmupLinearDecay
+from kbert.tasks import glue, ner, preprocessing, userdata
 from kbert.tokenizer import Tokenizer
 
 NOUNS = "man dog cat fox store milk mat paris france".split()

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from helpers import uncased_tokenizer
-from kbert.finetune import glue, ner, squad
+from kbert.tasks import glue, ner, squad
 
 
 @pytest.fixture(scope="module")

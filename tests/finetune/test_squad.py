@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from helpers import uncased_tokenizer
-from kbert.finetune import metrics, squad
-from kbert.finetune.squad_postprocess import apply_null_threshold, postprocess, tune_null_threshold
+from kbert.tasks import metrics, squad
+from kbert.tasks.squad_postprocess import apply_null_threshold, postprocess, tune_null_threshold
 from kbert.tokenizer import char_index
 
 

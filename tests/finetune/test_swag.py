@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from helpers import uncased_tokenizer
-from kbert.finetune import batching, swag
+from kbert.tasks import batching, swag
 
 HEADER = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2," \
          "ending3,label\n"

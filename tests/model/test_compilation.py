@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from kbert.finetune.batching import batch_shapes, width_ladder
+from kbert.tasks.batching import batch_shapes, width_ladder
 
 RUN = textwrap.dedent("""
     import json, sys

@@ -333,7 +333,7 @@ def test_import_and_cli_parsing_load_no_tensorflow():
             "        cli.build_parser().parse_args(argv)\n"
             "    except SystemExit:\n"
             "        pass\n"
-            "from kbert.finetune import metrics, squad, squad_postprocess  # what answer/tag read\n"
+            "from kbert.tasks import metrics, squad, squad_postprocess  # what answer/tag read\n"
             "heavy = [m for m in ('tensorflow', 'keras', 'jax', 'torch', 'kbert.finetune.loop')\n"
             "         if m in sys.modules]\n"
             "print('heavy:', heavy)")
@@ -346,7 +346,7 @@ def test_import_and_cli_parsing_load_no_tensorflow():
 
 def test_cli_task_names_are_the_registry():
     from kbert.cli import TASK_NAMES
-    from kbert.finetune.tasks import TASKS
+    from kbert.tasks.registry import TASKS
     assert tuple(TASK_NAMES) == tuple(TASKS)
 
 

@@ -102,7 +102,7 @@ def test_the_pairs_reader_reads_or_names_the_line(rows, as_csv, raw):
 @given(rows=ROWS, suffix=st.sampled_from([".csv", ".tsv", ".jsonl"]),
        raw=st.none() | st.binary(max_size=80))
 def test_the_table_reader_reads_or_names_the_line(rows, suffix, raw):
-    from kbert.finetune.userdata import read_table
+    from kbert.tasks.userdata import read_table
     content = raw if raw is not None else (_jsonl(rows) if suffix == ".jsonl" else
                                            _csv(rows).replace(",", "\t") if suffix == ".tsv"
                                            else _csv(rows))

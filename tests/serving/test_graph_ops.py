@@ -4,8 +4,8 @@ import random
 
 import tensorflow as tf
 
-from kbert.finetune import metrics
 from kbert.serving import graph_ops
+from kbert.tasks import metrics
 from kbert.tokenizer import char_offsets
 
 TEXTS = ["héllo wörld", "", "北京欢迎你 Tokyo東京", "I ❤️ emoji 👍🏽 :-)", "plain ascii text",

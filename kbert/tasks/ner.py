@@ -8,7 +8,7 @@ pieces, [CLS], [SEP] and padding get the ignore label -100 and weight 0 (use
 
 Tags may be IOB1 (the original CoNLL-2003: `B-` only between two adjacent entities of one type)
 or IOB2 (every entity starts with `B-`); `to_iob2` / `to_iob1` convert, and the entity
-scores (`kbert.finetune.metrics.entity_scores`) read both.
+scores (`kbert.tasks.metrics.entity_scores`) read both.
 
 Example:
 >>> to_iob2(["I-PER", "I-PER", "B-PER", "O", "I-LOC"])
@@ -204,5 +204,5 @@ def predictions_to_tags(predictions: Any, encoded: NerFeatures,
 def evaluate_ner(sentences: Sequence[Sentence],
                  predicted_tags: Sequence[Sequence[str]]) -> dict[str, float]:
     """Entity precision / recall / F1 (percentages), conlleval's rules."""
-    from kbert.finetune import metrics
+    from kbert.tasks import metrics
     return metrics.entity_scores([s.tags for s in sentences], predicted_tags)

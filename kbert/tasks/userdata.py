@@ -26,9 +26,9 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from kbert.finetune import glue, ner
 from kbert.hints import PathLike
 from kbert.jsonl import json_lines, not_utf8
+from kbert.tasks import glue, ner
 
 TABLE_FORMATS = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".jsonl": None, ".json": None,
                  ".ndjson": None}

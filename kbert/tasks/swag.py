@@ -99,6 +99,6 @@ def encode_swag(tokenizer: Tokenizer, examples: Sequence[SwagExample],
 
 def evaluate_swag(examples: Sequence[SwagExample], logits: Any) -> dict[str, float]:
     """Accuracy (percent) of the highest-scoring ending."""
-    from kbert.finetune import metrics
+    from kbert.tasks import metrics
     return {"accuracy": metrics.accuracy([e.label for e in examples],
                                          np.asarray(logits).argmax(-1))}

@@ -37,7 +37,7 @@ class GlueTask:
     text_columns: tuple      # header names of sentence A (and B)
     label_column: str        # header name of the label
     labels: tuple            # label strings in id order; () for regression
-    metrics: tuple           # names in kbert.finetune.metrics.GLUE_METRICS
+    metrics: tuple           # names in kbert.tasks.metrics.GLUE_METRICS
     header: bool = True      # False: CoLA train/dev
     positions: tuple = ()    # column indexes (texts..., label) for files without a header
 
@@ -183,7 +183,7 @@ def encode_glue(tokenizer: Tokenizer, task: GlueTask, examples: Sequence[GlueExa
     """`[CLS] A [SEP] (B [SEP])` features, the longer side truncated first.
 
     Returns (features, truncated): numpy `input_ids`, `segment_ids`, `input_mask` [N, T] padded
-    to the longest example (T <= max_seq_length; `kbert.finetune.batching` trims per batch), plus
+    to the longest example (T <= max_seq_length; `kbert.tasks.batching` trims per batch), plus
     `label_ids` when every example has a label; `truncated` counts the examples cut.
     """
     task = get_task(task) if isinstance(task, str) else task
@@ -215,7 +215,7 @@ def evaluate_glue(task: str | GlueTask, examples: Sequence[GlueExample],
     >>> evaluate_glue("mrpc", [GlueExample("1", "a", "b", "1")], [[0.1, 0.9]])
     {'accuracy': 100.0, 'f1': 100.0}
     """
-    from kbert.finetune import metrics
+    from kbert.tasks import metrics
     task = get_task(task) if isinstance(task, str) else task
     return metrics.glue_scores(task.metrics, label_ids(task, examples),
                                predictions_to_labels(task, predictions))

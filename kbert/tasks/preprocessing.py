@@ -11,8 +11,8 @@ features alone without labels — so
 `dataset.map(preprocessor)` runs it in the `tf.data` pipeline whichever backend trains, as
 keras-hub's preprocessors do. Text pairs travel as a tuple. Sentence(-pair) and multiple-choice
 packing are TensorFlow ops (`kbert.serving.graph_ops.pack`, the graph twin of `Tokenizer.pack`:
-the longer side is cut first, as in the paper's code); tagging and QA run `kbert.finetune.ner` /
-`kbert.finetune.squad`'s encoders in a `tf.py_function`. Every batch is padded to its own longest
+the longer side is cut first, as in the paper's code); tagging and QA run `kbert.tasks.ner` /
+`kbert.tasks.squad`'s encoders in a `tf.py_function`. Every batch is padded to its own longest
 row (rounded up to `pad_to_multiple_of`, so a compiled step sees few shapes).
 
 A task model built by `from_checkpoint` carries its preprocessor (`model.preprocessor`), and its
@@ -39,9 +39,9 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.checkpoint_format import head_options_for  # noqa: F401  (kept importable here)
-from kbert.finetune import batching, ner, squad
 from kbert.hints import Tensor
 from kbert.serving.graph_ops import pack
+from kbert.tasks import batching, ner, squad
 from kbert.tokenizer import Tokenizer
 
 # Raw inputs: lists or arrays of strings (a tuple of them for pairs), tensors, or features.
@@ -180,7 +180,7 @@ class BertMultipleChoicePreprocessor(BertPreprocessor):
 class BertTokenClassifierPreprocessor(BertPreprocessor):
     """Word lists (+ tag lists) → features with each word's tag id on its first WordPiece.
 
-    As in `kbert.finetune.ner` (whose `encode_ner` this runs): the other pieces, `[CLS]`,
+    As in `kbert.tasks.ner` (whose `encode_ner` this runs): the other pieces, `[CLS]`,
     `[SEP]` and padding get label 0 and sample weight 0, so the loss and the accuracy count
     each word once. Tags are label names (or their ids); `labels` is required.
     """
@@ -246,7 +246,7 @@ class BertTokenClassifierPreprocessor(BertPreprocessor):
 class BertQuestionAnswererPreprocessor(BertPreprocessor):
     """`(questions, contexts)` (+ `(answer_starts, answer_texts)`) → SQuAD windows.
 
-    `kbert.finetune.squad.encode_squad` makes the features: `[CLS] question [SEP] window
+    `kbert.tasks.squad.encode_squad` makes the features: `[CLS] question [SEP] window
     [SEP]`, windows `doc_stride` tokens apart, so one long context gives several rows (a
     window without the answer, and an answer text "" — no answer, SQuAD 2.0 — point at
     `[CLS]`). Targets are `{"start_logits", "end_logits"}` token positions.

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from kbert.finetune import glue, ner, squad, squad_postprocess, swag, userdata
 from kbert.hints import PathLike
+from kbert.tasks import glue, ner, squad, squad_postprocess, swag, userdata
 
 if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
     from kbert.tokenizer import Tokenizer
@@ -131,7 +131,7 @@ class SquadTask:
 
     def score(self, prepared: Prepared, outputs: Outputs, options: Options,
               tune: bool = False) -> Scores:
-        from kbert.finetune import metrics
+        from kbert.tasks import metrics
         threshold = float(options.get("null_score_diff_threshold", 0.0))
         result = squad_postprocess.postprocess(
             prepared.data.examples, prepared.extra, outputs["start_logits"],

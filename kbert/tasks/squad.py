@@ -9,7 +9,7 @@ window, and every v2.0 impossible question, points at `[CLS]` (start = end = 0).
 Tokens keep their character offsets into the original context (the tokenizer's byte offsets,
 converted here), so a predicted span is cut straight from the context — no re-alignment of
 normalized text as `run_squad.py`'s `get_final_text` needs. Post-processing lives in
-`kbert.finetune.squad_postprocess`.
+`kbert.tasks.squad_postprocess`.
 
 Example:
 >>> data = examples_from_json({"version": "1.1", "data": [{"title": "t", "paragraphs": [

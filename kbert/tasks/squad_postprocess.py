@@ -9,7 +9,7 @@ over the windows; the answer is "" when null score − best span score > the thr
 
 Example (one window, logits one-hot at the gold tokens):
 >>> import numpy as np
->>> from kbert.finetune import squad
+>>> from kbert.tasks import squad
 >>> from kbert.tokenizer import Tokenizer
 >>> tok = Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "who", "won", "?",
 ...                  "denver", "."])
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:   # type-only
-    from kbert.finetune.squad import SquadData, SquadExample, SquadFeatures
+    from kbert.tasks.squad import SquadData, SquadExample, SquadFeatures
 
 N_BEST_SIZE, MAX_ANSWER_LENGTH = 20, 30
 
@@ -158,7 +158,7 @@ def tune_null_threshold(gold: SquadData | dict[str, Any] | list[Any],
         result: `postprocess(..., version_2=True)` on that data.
     Returns (threshold, best F1 in percent).
     """
-    from kbert.finetune import metrics
+    from kbert.tasks import metrics
     dataset: Any = getattr(gold, "dataset", gold)
     finite = {q: (v if np.isfinite(v) else 1e30) for q, v in result.null_odds.items()}
     scores = metrics.squad_v2_0(dataset, result.best_non_null, na_probs=finite)
