@@ -7,7 +7,7 @@ then linear decay, gradient norm clipped to 1.0, batch 32, max_seq_length 128, a
 whole dev set. HF is the plain PyTorch loop of `run_glue.py` (`BertForSequenceClassification`,
 `get_linear_schedule_with_warmup`), padding every sentence to 128 as run_glue's default
 `pad_to_max_length` does (`--hf-padding longest` pads each batch to its longest row instead).
-kbert is `kbert.finetune.finetune` (length-bucketed batches, XLA-compiled train step;
+kbert is `kbert.training.finetune` (length-bucketed batches, XLA-compiled train step;
 `--no-bucketing` makes its batches as random as HF's, each still padded to its longest row).
 
 Each engine runs in float32 and in bfloat16 (`benchmarks/precisions.py`: bfloat16 where the CPU
@@ -142,11 +142,12 @@ def run_lockstep(init, hf_dir, train_path, dev_path, args):
     import transformers
 
     from kbert import checkpoint as checkpoint_lib
-    from kbert.finetune import PAD_TO_MULTIPLE, batching
     from kbert.models import BertClassifier
-    from kbert.optimization import create_optimizer
+    from kbert.models.optimization import create_optimizer
+    from kbert.tasks import batching
     from kbert.tasks.registry import get_task
     from kbert.tokenizer import Tokenizer
+    from kbert.training import PAD_TO_MULTIPLE
 
     torch.manual_seed(args.seed[0])
     keras.utils.set_random_seed(args.seed[0])

@@ -139,8 +139,8 @@ def text_batches(files, vocab, seq, preds, batch_size, cores):
 
 
 def array_batches(directory, batch_size):
-    """`kbert.data.arrays.PretrainingBatches` (the feed of `kbert.training.arrays`) over the
-    shards' features read into memory."""
+    """`kbert.data.arrays.PretrainingBatches` (the feed of
+    `kbert.training.pretraining_arrays`) over the shards' features read into memory."""
     import itertools
 
     from kbert.data import arrays, inputs

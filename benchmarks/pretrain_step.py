@@ -121,7 +121,7 @@ def run_kbert(config, batch, seq, preds, warmup, steps, variant="", profile=Fals
     import keras
 
     import kbert
-    from kbert.optimization import create_optimizer
+    from kbert.models.optimization import create_optimizer
     layers, hidden, heads = SHAPES[config]
     cfg = kbert.BertConfig(num_layers=layers, hidden_size=hidden, num_heads=heads,
                            intermediate_size=4 * hidden,

@@ -64,8 +64,8 @@ NSP_INIT = "minilm-l6-mlm-nsp"      # its NSP head is a reranker before any trai
 def split(path):
     """(training Pairs, held-out RetrievalData over every paragraph of the file)."""
     from kbert.retrieval.metrics import RetrievalData
-    from kbert.retrieval.training import Pairs
     from kbert.tasks.squad import split_by_article
+    from kbert.training.retrievers import Pairs
     train, held = split_by_article(path, HELD_OUT_EVERY)
     with open(path, encoding="utf-8") as f:
         articles = json.load(f)["data"]
@@ -90,7 +90,7 @@ def split(path):
 
 
 def sample(pairs, n, seed=0):
-    from kbert.retrieval.training import Pairs
+    from kbert.training.retrievers import Pairs
     idx = sorted(random.Random(seed).sample(range(len(pairs)), min(n, len(pairs))))
     return Pairs([pairs.queries[i] for i in idx], [pairs.positives[i] for i in idx])
 
@@ -108,14 +108,14 @@ def bm25_rankings(data, depth=100):
 
 def encoder_rankings(path, data):
     from kbert.models import BertBiEncoder
-    from kbert.retrieval.training import retriever_rankings
+    from kbert.training.retrievers import retriever_rankings
     return retriever_rankings(BertBiEncoder.from_checkpoint(path), data)
 
 
 def encoder_similarities(path, data):
     """Cosine similarities [queries, corpus] of the bi-encoder at `path`."""
     from kbert.models import BertBiEncoder
-    from kbert.retrieval.training import embed
+    from kbert.training.retrievers import embed
     encoder = BertBiEncoder.from_checkpoint(path)
     return embed(encoder, data.queries) @ embed(encoder, data.corpus).T
 
@@ -166,7 +166,7 @@ def st_rankings(st, data, depth=100):
 
 
 def kbert_retriever(init, pairs, output, seed, negatives=0):
-    from kbert.retrieval.training import train_retriever
+    from kbert.training.retrievers import train_retriever
     result = train_retriever(init, pairs, output, seed=seed, mine_negatives_count=negatives,
                              verbose=False, **SETTINGS)
     return result.output, result.train_seconds
@@ -294,7 +294,7 @@ def main():
         from kbert.models import BertBiEncoder
         from kbert.retrieval import fusion
         from kbert.retrieval.lexical import BM25
-        from kbert.retrieval.training import embed
+        from kbert.training.retrievers import embed
         enc = BertBiEncoder.from_checkpoint(best_encoder)
         q, c = embed(enc, data.queries), embed(enc, data.corpus)
         similarities = q @ c.T
@@ -345,7 +345,7 @@ def rerank_part(args, pairs, sub, top, first_stage, similarities):
     from kbert.checkpoint_format import resolve
     from kbert.models import BertBiEncoder, BertReranker
     from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT, fused_rows  # weight fixed, not tuned
-    from kbert.retrieval.training import mine_negatives, reranker_scores, train_reranker
+    from kbert.training.retrievers import mine_negatives, reranker_scores, train_reranker
     rows = []
     init = resolve(args.rerank_init)
     if args.rerank_init == NSP_INIT and not args.reranker:
@@ -430,7 +430,7 @@ def negative_spec(text):
 
 def rerank(model, data, top):
     """`top` rows per query reordered by the cross-encoder's log-odds of relevance."""
-    from kbert.retrieval.training import reranker_rankings
+    from kbert.training.retrievers import reranker_rankings
     return reranker_rankings(model, data, first=top)
 
 

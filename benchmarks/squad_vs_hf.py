@@ -117,9 +117,9 @@ def engine_kbert(args):
     import keras
 
     from kbert import checkpoint
-    from kbert.finetune.loop import PAD_TO_MULTIPLE, predict
-    from kbert.optimization import create_optimizer
+    from kbert.models.optimization import create_optimizer
     from kbert.tasks import batching
+    from kbert.training.finetuning import PAD_TO_MULTIPLE, predict
 
     if _gpu():
         keras.mixed_precision.set_global_policy("mixed_bfloat16")

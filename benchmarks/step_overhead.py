@@ -137,7 +137,7 @@ def run_kbert(config, backend, compiled, profile):
     import keras
 
     import kbert
-    from kbert.optimization import create_optimizer
+    from kbert.models.optimization import create_optimizer
     layers, hidden, heads, vocab, batch, seq, preds, (short, long) = CONFIGS[config]
     keras.utils.set_random_seed(0)
     cfg = kbert.BertConfig(vocab_size=vocab, num_layers=layers, hidden_size=hidden,

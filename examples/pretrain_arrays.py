@@ -45,10 +45,11 @@ def prepare(args):
 
 
 def train(args):
-    """Anywhere: BERT's instances from the token ids, then `fit` (kbert.training.arrays)."""
+    """Anywhere: BERT's instances from the token ids, then `fit`
+    (kbert.training.pretraining_arrays)."""
     from kbert.data.pretraining import Options
     from kbert.training import evaluate_pretraining
-    from kbert.training.arrays import pretrain_arrays
+    from kbert.training.pretraining_arrays import pretrain_arrays
 
     started = time.perf_counter()
     corpus = arrays.load(args.corpus)

@@ -3,7 +3,7 @@
 Your pairs: a JSONL (or CSV/TSV) file with a query column and a positive-passage column (and,
 if you have them, a negative column). A fraction of the queries is held out; they are searched
 against EVERY passage of the file, before and after training, and scored with recall@k, MRR@10
-and nDCG@10. Training is `kbert.retrieval.train_retriever`: in-batch negatives, plus hard
+and nDCG@10. Training is `kbert.training.train_retriever`: in-batch negatives, plus hard
 negatives mined with BM25 from the training passages.
 
     python examples/train_retriever.py --data pairs.jsonl --output out/my-retriever
@@ -20,8 +20,8 @@ import random
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from kbert.retrieval import training  # noqa: E402
 from kbert.retrieval.metrics import RetrievalData, score  # noqa: E402
+from kbert.training import retrievers as training  # noqa: E402
 
 
 def split(pairs, held_out, seed):

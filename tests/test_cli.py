@@ -104,7 +104,7 @@ def test_finetune_epochs_below_one_are_refused(tmp_path, capsys, task, epochs):
 
 def test_finetune_api_refuses_epochs_below_one_naming_them(tmp_path):
     from kbert import finetune
-    from kbert.retrieval import training
+    from kbert.training import retrievers as training
     out = str(tmp_path / "o")
     with pytest.raises(ValueError, match=r"^epochs must be >= 1, got 0$"):
         finetune.finetune("sst2", "x", "t", "d", out, epochs=0)

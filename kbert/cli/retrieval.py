@@ -22,7 +22,7 @@ if TYPE_CHECKING:   # type-only: the pipeline needs Keras
     from kbert.pipeline import Bert
 
 RETRIEVAL_TASKS = ("retrieve", "rerank", "open-qa")   # `kbert evaluate` (kbert.retrieval)
-TRAINING_TASKS = ("retrieve", "rerank")      # `kbert finetune` (kbert.retrieval.training)
+TRAINING_TASKS = ("retrieve", "rerank")      # `kbert finetune` (kbert.training.retrievers)
 
 
 def add_hybrid(p: argparse.ArgumentParser, default: str | None, help: str) -> None:
@@ -131,7 +131,7 @@ def add_retrieval_training(p: argparse.ArgumentParser) -> None:
 def run_retrieval_training(args: argparse.Namespace) -> None:
     import json
 
-    from kbert.retrieval import training
+    from kbert.training import retrievers as training
     check_output_dir(args.output, "checkpoint", args.overwrite)
     common = dict(overwrite=args.overwrite, epochs=1 if args.epochs is None else args.epochs,
                   batch_size=args.batch_size,

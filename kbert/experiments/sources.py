@@ -4,7 +4,7 @@
              `kbert.training.pretrain` (FULL-SENTENCES straight from the text), `kbert.finetune`
              on the task files
     Arrays   where it is not (a GPU machine with JAX or PyTorch): the folder `export_data`
-             wrote, `kbert.training.arrays.pretrain_arrays`, `finetune(encoded=...)`
+             wrote, `kbert.training.pretraining_arrays.pretrain_arrays`, `finetune(encoded=...)`
 
 Both give `pretrain(name, variant, ckpt)` the same unit dict and `finetune(task, ckpt, seed,
 output)` a `FinetuneResult`; `kbert.experiments.ablations` runs either.
@@ -24,8 +24,8 @@ from kbert.experiments.plan import Plan, Variant
 
 if TYPE_CHECKING:
     from kbert.experiments.units import Units
-    from kbert.finetune.loop import FinetuneResult
-    from kbert.training.loop import PretrainResult
+    from kbert.training.finetuning import FinetuneResult
+    from kbert.training.pretraining import PretrainResult
 
 # {task: (train file, dev file)} under the shared folder
 TaskFiles = Mapping[str, Sequence[Any]]
@@ -148,7 +148,7 @@ class Arrays:
     wrote. The pair variants' instances are made here by the code of `create-pretraining-data`
     (`kbert.data.arrays.segment_pairs`: the same rule and seed, other draws), FULL-SENTENCES
     rows are masked anew for every batch (`kbert.data.arrays.DynamicMasking`), the held-out set
-    is the very shards' content, and fine-tuning reads the tasks as `kbert.finetune.encode`
+    is the very shards' content, and fine-tuning reads the tasks as `kbert.training.encode`
     made them."""
 
     def __init__(self, folder: str, plan: Plan) -> None:
@@ -167,7 +167,7 @@ class Arrays:
         from kbert.data import arrays
         from kbert.data.pretraining import Options
         from kbert.training import evaluate_pretraining
-        from kbert.training.arrays import pretrain_arrays
+        from kbert.training.pretraining_arrays import pretrain_arrays
         plan = self.plan
         if variant.inputs == "full_sentences":
             data = self._load(FULL_SENTENCES)
@@ -272,7 +272,7 @@ def export_data(folder: str, plan: Plan, variants: Mapping[str, Variant], files:
     import tempfile
 
     from kbert.data import arrays, inputs, pretraining, text
-    from kbert.finetune import encode
+    from kbert.training import encode
     os.makedirs(os.path.join(folder, "tasks"), exist_ok=True)
     train, heldout = corpus_split(os.path.join(shared, "corpus"), plan)
     report.write_atomic(os.path.join(folder, "vocab.txt"), "\n".join(vocab) + "\n")

@@ -14,7 +14,7 @@ from kbert.backbone import BertBackbone
 from kbert.checkpoint_format import Contents, head_options_for, make_head, read, write
 from kbert.config import BertConfig
 from kbert.models.base import TaskModel
-from kbert.optimization import create_optimizer
+from kbert.models.optimization import create_optimizer
 
 
 class FineTunedModel(TaskModel):
@@ -137,7 +137,7 @@ class FineTunedModel(TaskModel):
                 loss_scale: bool = False, **kwargs: Any) -> None:
         """`keras.Model.compile` with the paper's defaults for what is left out.
 
-        optimizer: None: AdamW from `kbert.optimization.create_optimizer` with peak
+        optimizer: None: AdamW from `kbert.models.optimization.create_optimizer` with peak
             `learning_rate` (5e-5), `warmup` (a fraction of the steps) then linear decay to 0
             over `num_train_steps` — when not given, the first `fit` sets it from its data
             (batches per epoch × epochs); a constant rate where that is unknown;

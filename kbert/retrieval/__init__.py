@@ -8,10 +8,9 @@ with a cross-encoder, and measure it.
     lexical.py   BM25 (bm25s); fusion.py: min-max weighted fusion, RRF, top-k
     search.py    `search` (what `Bert.search` calls); rerank.py: `rerank` (`Bert.rerank`)
     metrics.py   recall@k, MRR@10, nDCG@10 by ranx; SQuAD/JSONL retrieval data; evaluate
-    training.py  training pairs, hard-negative mining, `train_retriever` (bi-encoder) and
-                 `train_reranker` (cross-encoder): `kbert finetune retrieve|rerank`
     open_qa.py   `ask`: retrieve, rerank, `read` — answers over a collection (`evaluate_open_qa`)
 
+Training retrievers and rerankers is `kbert.training.retrievers`'.
 BM25, faiss and ranx come with the optional extra: pip install "kbert[retrieval]".
 """
 
@@ -23,8 +22,6 @@ _LAZY = {
     **dict.fromkeys(["evaluate_retrieve", "evaluate_rerank", "read_data", "score", "METRICS"],
                     "kbert.retrieval.metrics"),
     **dict.fromkeys(["ask", "read", "evaluate_open_qa"], "kbert.retrieval.open_qa"),
-    **dict.fromkeys(["Pairs", "PairsError", "read_pairs", "mine_negatives", "train_retriever",
-                     "train_reranker"], "kbert.retrieval.training"),
     "Passage": "kbert.retrieval.passages",
     "split_passages": "kbert.retrieval.passages",
 }

@@ -267,7 +267,7 @@ class TableTask(GlueTask):
     def score(self, prepared: Prepared, outputs: Outputs, options: Options,
               tune: bool = False) -> Scores:
         # The labels come with the options (the checkpoint's, or the training file's), not from
-        # state left by encode: a set encoded elsewhere (`kbert.finetune.encode`) scores the same.
+        # state left by encode: a set encoded elsewhere (`kbert.training.encode`) scores the same.
         task = self._glue_task(options.get("labels") or ())
         return glue.evaluate_glue(task, prepared.data, outputs), options
 

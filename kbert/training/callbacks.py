@@ -1,5 +1,6 @@
-"""The callbacks of a pretraining run: logged rates, the progress line, a step limit, resumable
-backups.
+"""The training callbacks: of a pretraining run (logged rates, the progress line, a step limit,
+resumable backups) and of every run scored on a dev set (`KeepBest`: fine-tuning and the
+retrievers' training).
 
 Example:
 >>> backup = Backup("out.backup", save_every_batches=1000)                       # doctest: +SKIP
@@ -25,7 +26,7 @@ import keras
 import numpy as np
 
 from kbert import progress
-from kbert.optimization import batches_seen, inner_optimizer
+from kbert.models.optimization import batches_seen, inner_optimizer
 
 
 class TrainingMetrics(keras.callbacks.Callback):
@@ -322,3 +323,54 @@ def save_on_signal(backup: Backup) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+class KeepBest(keras.callbacks.Callback):
+    """Scores the dev set after each epoch (`score(model)` -> {metric: value}) and saves the
+    model (`save(history)`) when `metric` improves — every epoch where there is no dev set
+    (`score` None). Adds the scores to the logs as `dev_*` (the curves, TensorBoard), so put it
+    before the callbacks that read them.
+
+    `history` holds one entry per epoch: {"epoch", "loss", "seconds" (training, the scoring
+    left out), **scores}; `best_epoch` and `best_scores` the best one, `train_seconds` the
+    epochs' training time in all.
+    """
+
+    def __init__(self, score: Callable[[Any], dict[str, float]] | None,
+                 save: Callable[[list[dict[str, Any]]], None], metric: str,
+                 verbose: bool = True, epochs: int | None = None) -> None:
+        super().__init__()
+        self.score, self.save, self.metric, self.verbose = score, save, metric, verbose
+        self.epochs = epochs
+        self.best: float | None = None
+        self.best_epoch = 0
+        self.best_scores: dict[str, float] = {}
+        self.history: list[dict[str, Any]] = []
+        self.train_seconds = 0.0
+        self._start: float | None = None
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        assert self._start is not None             # set by on_epoch_begin
+        spent = time.perf_counter() - self._start
+        self.train_seconds += spent
+        scores = self.score(self.model) if self.score is not None else {}
+        entry = {"epoch": epoch + 1,
+                 "loss": round(float((logs or {}).get("loss", float("nan"))), 4),
+                 "seconds": round(spent, 1), **scores}
+        self.history.append(entry)
+        improved = not scores or self.best is None or scores[self.metric] > self.best
+        if improved:
+            self.best = scores.get(self.metric)
+            self.best_epoch, self.best_scores = epoch + 1, scores
+            self.save(self.history)
+        if logs is not None:
+            logs.update({f"dev_{k}": v for k, v in scores.items()})
+        if self.verbose:
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
+            of = f"/{self.epochs}" if self.epochs else ""
+            progress.echo(f"epoch {epoch + 1}{of}: loss {entry['loss']:.4f}, {spent:.0f}s"
+                          f"{', dev ' + shown if shown else ''}"
+                          f"{' (best, saved)' if improved else ''}")

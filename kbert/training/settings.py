@@ -14,7 +14,7 @@ import hashlib
 import os
 
 from kbert.hardware import MIXED_PRECISION, mixed_precision_policy  # noqa: F401  (re-exported)
-from kbert.optimization import OPTIMIZERS
+from kbert.models.optimization import OPTIMIZERS
 from kbert.training.distribution import STRATEGIES
 from kbert.training.pretrainer import OBJECTIVES
 

@@ -1,4 +1,4 @@
-"""kbert.data.arrays (NumPy twins of kbert.data.inputs) and kbert.training.arrays."""
+"""kbert.data.arrays (NumPy twins of kbert.data.inputs) and kbert.training.pretraining_arrays."""
 
 import warnings
 
@@ -121,7 +121,7 @@ def test_batches_cover_every_row_once_a_pass_and_repeat(pairs):
 def test_pretrain_arrays_trains_each_objective(pairs, tmp_path, objective, dynamic):
     from kbert import checkpoint
     from kbert.training import evaluate_pretraining
-    from kbert.training.arrays import pretrain_arrays
+    from kbert.training.pretraining_arrays import pretrain_arrays
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = pretrain_arrays(pairs, str(tmp_path / "ckpt"), config="tiny", vocab=VOCAB,

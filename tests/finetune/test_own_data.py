@@ -13,7 +13,7 @@ import tensorflow as tf
 import kbert
 from helpers import tiny_vocab
 from kbert import cli
-from kbert.optimization import AdamW, WarmupLinearDecay
+from kbert.models.optimization import AdamW, WarmupLinearDecay
 from kbert.tasks import glue, ner, preprocessing, userdata
 from kbert.tokenizer import Tokenizer
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kbert
-from kbert.optimization import create_optimizer
+from kbert.models.optimization import create_optimizer
 
 pytestmark = [pytest.mark.multibackend,
               pytest.mark.skipif(keras.backend.backend() != "torch",

@@ -83,7 +83,7 @@ def _csv(rows) -> str:
 @FUZZ
 @given(rows=ROWS, as_csv=st.booleans(), raw=st.none() | st.binary(max_size=80))
 def test_the_pairs_reader_reads_or_names_the_line(rows, as_csv, raw):
-    from kbert.retrieval.training import read_pairs
+    from kbert.training.retrievers import read_pairs
     suffix = ".csv" if as_csv else ".jsonl"
     path = _file(raw if raw is not None else (_csv(rows) if as_csv else _jsonl(rows)), suffix)
     try:

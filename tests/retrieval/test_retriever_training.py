@@ -11,8 +11,8 @@ import pytest
 import kbert
 from helpers import tiny_vocab
 from kbert import BertConfig, checkpoint, cli
-from kbert.retrieval import training
 from kbert.retrieval.open_qa import ask
+from kbert.training import retrievers as training
 
 VOCAB = tiny_vocab(size=120)
 PAIRS = [("man", "the man went to the store"), ("milk", "he bought milk"),

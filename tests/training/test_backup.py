@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_training import _setup, _weights
 
-from kbert.optimization import batches_seen, create_optimizer
+from kbert.models.optimization import batches_seen, create_optimizer
 from kbert.outputs import OutputError
 from kbert.training.callbacks import Backup
 

@@ -1,5 +1,5 @@
-"""`kbert.curves`: the points a `fit` records, history.json as plain JSON, curves.png, and both
-added to a finished checkpoint as its own files."""
+"""`kbert.training.curves`: the points a `fit` records, history.json as plain JSON, curves.png,
+and both added to a finished checkpoint as its own files."""
 
 import json
 import os
@@ -9,7 +9,8 @@ import keras
 import numpy as np
 import pytest
 
-from kbert import curves, outputs
+from kbert import outputs
+from kbert.training import curves
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

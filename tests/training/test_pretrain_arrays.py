@@ -28,8 +28,8 @@ def _run(args, backend="jax", timeout=600, ok=True):
 def test_models_and_checkpoints_import_without_tensorflow():
     code = ("import sys, kbert\n"
             "from kbert import checkpoint, training\n"
-            "from kbert import optimization\n"
-            "from kbert.training import callbacks, distribution, loop\n"
+            "from kbert.models import optimization\n"
+            "from kbert.training import callbacks, distribution, pretraining\n"
             "from kbert.data import pretraining\n"
             "from kbert.convert import hf\n"
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"

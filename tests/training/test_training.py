@@ -15,7 +15,7 @@ import pytest
 
 from helpers import tiny_vocab, write_vocab
 from kbert import BertConfig, BertPretrainer
-from kbert.optimization import (
+from kbert.models.optimization import (
     NO_WEIGHT_DECAY,
     AdamW,
     WarmupLinearDecay,
@@ -81,7 +81,7 @@ RUNNER = textwrap.dedent("""
 
     class Kill(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            from kbert.optimization import batches_seen
+            from kbert.models.optimization import batches_seen
             if batches_seen(self.model.optimizer) == args["kill_at"]:
                 os.kill(os.getpid(), signal.SIGKILL)
     callbacks = [Kill()] if args.get("kill_at") else []
@@ -304,7 +304,7 @@ def test_global_norm_clipping_equals_keras():
     """The TensorFlow and torch twins of Keras' `clip_by_global_norm`."""
     from keras.src.optimizers.base_optimizer import clip_by_global_norm
 
-    from kbert.optimization import _tf_clip_by_global_norm, _torch_clip_by_global_norm
+    from kbert.models.optimization import _tf_clip_by_global_norm, _torch_clip_by_global_norm
     ours_clip = (_torch_clip_by_global_norm if keras.backend.backend() == "torch"
                  else _tf_clip_by_global_norm)
     rng = np.random.default_rng(0)
@@ -388,7 +388,7 @@ def test_two_phases_with_dynamic_masking_lamb_accumulation_and_bfloat16(tmp_path
     dynamic masking, LAMB, gradient accumulation and mixed bfloat16."""
     import kbert
     from kbert import training
-    from kbert.optimization import batches_seen, inner_optimizer
+    from kbert.models.optimization import batches_seen, inner_optimizer
     data, vocab, config = _setup(tmp_path)
     long_data = _write_shards(str(tmp_path / "data32"), seq=32, seed=1)
     result = training.pretrain([data, long_data], str(tmp_path / "ckpt"), config=config,
@@ -547,7 +547,7 @@ def test_jax_data_parallel_on_two_devices_matches_one_device(tmp_path):
 def test_torch_compile_pretrains_like_eager(tmp_path):
     """`jit_compile=True` on PyTorch (`torch.compile` of the whole step, optimizer included)."""
     from kbert import training
-    from kbert.training.loop import jit_compile_setting
+    from kbert.training.pretraining import jit_compile_setting
     assert jit_compile_setting("auto") is False          # a CPU: eager
     data, vocab, config = _setup(tmp_path)
     results = [training.pretrain(data, str(tmp_path / str(jit)), config=config, vocab=vocab,

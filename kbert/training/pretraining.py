@@ -1,15 +1,15 @@
 """Pretraining with `model.fit`: one device, several GPUs, several workers, a TPU, or JAX devices.
 
 `pretrain` is the whole recipe (paper, section 3.1 and appendix A.2): MLM + NSP on the original
-BERT TFRecords, AdamW with warmup and linear decay (`kbert.optimization`), checkpoints
+BERT TFRecords, AdamW with warmup and linear decay (`kbert.models.optimization`), checkpoints
 every N steps and on SIGTERM/SIGINT, a resumable data stream, TensorBoard logs, and a kbert
 checkpoint directory at the end, with the run's curves beside it (`history.json`,
-`curves.png`: `kbert.curves`).
+`curves.png`: `kbert.training.curves`).
 
 Example (the same thing with plain Keras, as a user script would write it):
 >>> import keras, kbert                                                          # doctest: +SKIP
 >>> from kbert.data.inputs import pretraining_dataset                            # doctest: +SKIP
->>> from kbert.optimization import create_optimizer                   # doctest: +SKIP
+>>> from kbert.models.optimization import create_optimizer                   # doctest: +SKIP
 >>> ds = pretraining_dataset("shards/", 32, seed=0).map(kbert.pretraining_targets)  # doctest: +SKIP
 >>> model = kbert.BertPretrainer(kbert.BertConfig.preset("mini"))                # doctest: +SKIP
 >>> optimizer = create_optimizer(learning_rate=1e-4, total_steps=1000)         # doctest: +SKIP
@@ -31,9 +31,10 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import curves, outputs
+from kbert import outputs
 from kbert.config import BertConfig
-from kbert.optimization import batches_seen, create_optimizer
+from kbert.models.optimization import batches_seen, create_optimizer
+from kbert.training import curves
 from kbert.training.callbacks import (
     Backup,
     Progress,
@@ -126,7 +127,7 @@ def pretrain(data: str | os.PathLike | list | None = None, output: str | os.Path
             work; anything else there always is). The chief locks `output` for the run.
         log_dir: a TensorBoard log directory (`keras.callbacks.TensorBoard`); default none.
 
-    `output` also gets the run's `history.json` and `curves.png` (`kbert.curves`): a point
+    `output` also gets the run's `history.json` and `curves.png` (`kbert.training.curves`): a point
     per `checkpoint_every` updates, with the losses and metrics averaged over them and the
     learning rate (a resumed run's points start where it resumed).
 
@@ -260,7 +261,7 @@ def make_callbacks(settings: Settings, backup: Backup, log_dir: str | None = Non
                    ) -> tuple[StopAfter, list[keras.callbacks.Callback]]:
     """(the `StopAfter` that ends each phase, every callback of the run in order). The
     progress line (`Progress`) counts the run's updates, not `fit`'s epochs (a backup interval
-    each, see `fit_phases`); so does the curve (`kbert.curves.Recorder`)."""
+    each, see `fit_phases`); so does the curve (`kbert.training.curves.Recorder`)."""
     stop = StopAfter(0)
     callbacks = [TrainingMetrics(settings.batch_size), stop, backup, *extra,
                  curves.Recorder("step", settings.accumulate)]

@@ -23,12 +23,12 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import curves
 from kbert.config import BertConfig
 from kbert.hardware import mixed_precision_policy
-from kbert.optimization import batches_seen, create_optimizer
+from kbert.models.optimization import batches_seen, create_optimizer
+from kbert.training import curves
 from kbert.training.callbacks import Progress, StopAfter, TrainingMetrics
-from kbert.training.loop import PretrainResult, build_pretrainer
+from kbert.training.pretraining import PretrainResult, build_pretrainer
 
 
 def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | None = None,
@@ -57,8 +57,8 @@ def pretrain_arrays(arrays: dict[str, np.ndarray], output: str | os.PathLike | N
         mixed_precision: as `pretrain`'s (`kbert.hardware.mixed_precision_policy`: "auto",
             "float32", "mixed_bfloat16", "mixed_float16").
 
-    `output` also gets the run's `history.json` and `curves.png` (`kbert.curves`): a point per
-    `log_every` updates.
+    `output` also gets the run's `history.json` and `curves.png` (`kbert.training.curves`): a
+    point per `log_every` updates.
     """
     from kbert.data import arrays as arrays_lib
     started = time.perf_counter()

@@ -11,7 +11,7 @@
 Both keep the epoch with the best dev MRR@10 (recall@k, MRR@10, nDCG@10 on the dev pairs: a
 retriever searches all the dev passages, a reranker reorders BM25's top candidates) and write
 the checkpoint atomically; without a dev file, the last epoch. The run's curves go beside it
-(`history.json`, `curves.png`: `kbert.curves`).
+(`history.json`, `curves.png`: `kbert.training.curves`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -247,67 +246,32 @@ class TrainResult:
     train_seconds: float
 
 
-def _dev_scores(evaluate: Any) -> Any:
-    """A callback that scores the dev set with `evaluate(model)` at each epoch's end, adding
-    the scores to the logs as `dev_*` (the curve, TensorBoard); `.scores` holds the last,
-    `.seconds` the time they took."""
-    import keras
-
-    class DevScores(keras.callbacks.Callback):
-        scores: dict = {}
-        seconds = 0.0
-
-        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-            start = time.perf_counter()
-            self.scores = evaluate(self.model) if evaluate else {}
-            self.seconds = time.perf_counter() - start
-            if logs is not None:
-                logs.update({f"dev_{k}": v for k, v in self.scores.items()})
-    return DevScores()
-
-
-def _keep_best(model: Any, evaluate: Any, save: Any, epochs: int, fit: Any,
-               verbose: bool, log_dir: str | os.PathLike | None = None,
-               ) -> tuple[int, dict, list, float, list]:
+def _keep_best(evaluate: Any, save: Any, epochs: int, fit: Any, verbose: bool,
+               log_dir: str | os.PathLike | None = None) -> tuple[int, dict, list, float, list]:
     """Runs `fit(epoch, callbacks)` per epoch (with a progress bar over its batches where
-    `verbose`), scoring with `evaluate(model)` at its end, and saves the best. Returns the
-    best epoch, its scores, the history, the training seconds and the curve's points
-    (`kbert.curves.Recorder`)."""
+    `verbose`), `KeepBest` scoring with `evaluate(model)` at its end and saving the best.
+    Returns the best epoch, its scores, the history, the training seconds and the curve's
+    points (`kbert.training.curves.Recorder`)."""
     import keras
 
-    from kbert import curves  # Keras, on use
-    scorer, recorder = _dev_scores(evaluate), curves.Recorder("epoch")
-    callbacks = [scorer, recorder] + (
+    from kbert.training import curves  # Keras, on use
+    from kbert.training.callbacks import KeepBest
+    keeper = KeepBest(evaluate, save, MAIN_METRIC, verbose=verbose, epochs=epochs)
+    recorder = curves.Recorder("epoch")
+    callbacks = [keeper, recorder] + (
         [keras.callbacks.TensorBoard(os.fspath(log_dir))] if log_dir else [])
-    best: tuple[int, dict] = (0, {})
-    history: list = []
-    seconds = 0.0
     for epoch in range(1, epochs + 1):
-        start = time.perf_counter()
         bar = [progress.fit_callback(f"training (epoch {epoch}/{epochs})"
                                      if epochs > 1 else "training")] if verbose else []
-        logs = fit(epoch, callbacks + bar)      # the bar last: its logs hold the dev scores
-        scores = scorer.scores
-        spent = time.perf_counter() - start - scorer.seconds
-        seconds += spent
-        history.append({"epoch": epoch, "loss": round(float(logs["loss"][-1]), 4),
-                        "seconds": round(spent, 1), **scores})
-        improved = not scores or not best[1] or scores[MAIN_METRIC] > best[1][MAIN_METRIC]
-        if improved:
-            best = (epoch, scores)
-            save(history)
-        if verbose:
-            shown = ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
-            progress.echo(f"epoch {epoch}/{epochs}: loss {history[-1]['loss']:.4f}, "
-                          f"{spent:.0f}s{', dev ' + shown if shown else ''}"
-                          f"{' (best, saved)' if improved else ''}")
-    return best[0], best[1], history, seconds, recorder.points
+        fit(epoch, callbacks + bar)      # the bar last: its logs hold the dev scores
+    return (keeper.best_epoch, keeper.best_scores, keeper.history, keeper.train_seconds,
+            recorder.points)
 
 
 def _record(kind: str, output: str, settings: dict, points: list, best_epoch: int,
             has_dev: bool) -> None:
-    """The run's history.json and curves.png beside its checkpoint (`kbert.curves`)."""
-    from kbert import curves  # Keras, on use
+    """The run's history.json and curves.png beside its checkpoint (`kbert.training.curves`)."""
+    from kbert.training import curves  # Keras, on use
     curves.record(output, curves.document(
         f"kbert finetune {kind}", "epoch", settings, points,
         dev_metric=f"dev_{MAIN_METRIC}" if has_dev else None, best_epoch=best_epoch))
@@ -336,7 +300,7 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
     """Fine-tunes `init`'s encoder as a bi-encoder on `train` (a file for `read_pairs`, with
     `columns`: query_column, positive_column, negative_column) and writes the best epoch's
     sentence encoder to `output`, with the run's `history.json` and `curves.png`
-    (`kbert.curves`) beside it.
+    (`kbert.training.curves`) beside it.
 
     mine_negatives_count: add this many hard negatives per row, mined from the training
     passages by `mine_with` ("bm25", or "encoder": the initial encoder).
@@ -350,7 +314,7 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
     import keras
 
     from kbert.models import BertBiEncoder
-    from kbert.optimization import check_schedule
+    from kbert.models.optimization import check_schedule
     from kbert.tasks.batching import distinct_batch_count
     check_schedule(epochs, batch_size, learning_rate, warmup, min_batch_size=2)
     policy = mixed_precision_policy(mixed_precision)                 # None: float32
@@ -382,7 +346,7 @@ def train_retriever(init: str, train: str | Pairs, output: str, dev: str | Pairs
             "retriever", init, _name(train), _name(dev), settings, history))
 
     best_epoch, best, history, seconds, points = _keep_best(
-        encoder, _scorer(retriever_rankings, dev_data), save, epochs, fit, verbose, log_dir)
+        _scorer(retriever_rankings, dev_data), save, epochs, fit, verbose, log_dir)
     _record("retrieve", output, _run_settings(init, train, dev, settings), points, best_epoch,
             dev_data is not None)
     return TrainResult(os.path.abspath(output), best_epoch, best, history, len(pairs), seconds)
@@ -406,7 +370,7 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
     import keras
 
     from kbert.models import BertBiEncoder, BertReranker
-    from kbert.optimization import check_schedule
+    from kbert.models.optimization import check_schedule
     check_schedule(epochs, batch_size, learning_rate, warmup, min_batch_size=2)
     policy = mixed_precision_policy(mixed_precision)                 # None: float32
     keras.utils.set_random_seed(seed)
@@ -440,8 +404,8 @@ def train_reranker(init: str, train: str | Pairs, output: str, dev: str | Pairs 
             "reranker", init, _name(train), _name(dev), settings, history))
 
     best_epoch, best, history, seconds, points = _keep_best(
-        reranker, _scorer(lambda m, d: reranker_rankings(m, d, candidates), dev_data), save,
-        epochs, fit, verbose, log_dir)
+        _scorer(lambda m, d: reranker_rankings(m, d, candidates), dev_data), save, epochs, fit,
+        verbose, log_dir)
     _record("rerank", output, _run_settings(init, train, dev, settings), points, best_epoch,
             dev_data is not None)
     return TrainResult(os.path.abspath(output), best_epoch, best, history, len(labels),

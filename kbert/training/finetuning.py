@@ -6,7 +6,7 @@ shared choice scorer for SWAG), trains with the paper's recipe — AdamW (decay 
 LayerNorm or biases), 10% warmup then linear decay, batches of similar length padded only
 to their own longest row — scores the dev file with the task's official metric after each
 epoch, and keeps the best epoch as a checkpoint directory (written atomically), with the
-run's curves beside it (`history.json`, `curves.png`: `kbert.curves`).
+run's curves beside it (`history.json`, `curves.png`: `kbert.training.curves`).
 
 `evaluate` scores a fine-tuned checkpoint on a file: the dict `kbert evaluate` prints.
 The per-task reading, encoding and scoring lives in `kbert.tasks.registry`.
@@ -24,19 +24,21 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import curves, outputs, progress
+from kbert import outputs, progress
 from kbert.hardware import mixed_precision_policy
 from kbert.models import compilation
-from kbert.optimization import check_schedule, create_optimizer
+from kbert.models.optimization import check_schedule, create_optimizer
 from kbert.tasks import batching
 from kbert.tasks.registry import TASKS, Prepared, get_task
+from kbert.training import curves
+from kbert.training.callbacks import KeepBest
 
 if TYPE_CHECKING:
     from kbert.config import BertConfig
@@ -265,42 +267,6 @@ class FinetuneResult:
     precision: str = "float32"   # what ran: "float32" or the mixed policy
 
 
-class KeepBest(keras.callbacks.Callback):
-    """Scores the dev set after each epoch and saves the model when the main metric improves."""
-
-    def __init__(self, score: Callable[[Any], dict[str, float]],
-                 save: Callable[[list[dict[str, Any]]], None], metric: str,
-                 verbose: bool = True) -> None:
-        super().__init__()
-        self.score, self.save, self.metric, self.verbose = score, save, metric, verbose
-        self.best: float | None = None
-        self.best_epoch = 0
-        self.best_scores: dict[str, float] = {}
-        self.history: list[dict[str, Any]] = []
-        self._start: float | None = None
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._start = time.perf_counter()
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        assert self._start is not None             # set by on_epoch_begin
-        train_seconds = time.perf_counter() - self._start
-        scores = self.score(self.model)
-        entry = {"epoch": epoch + 1, "loss": float((logs or {}).get("loss", float("nan"))),
-                 "seconds": round(train_seconds, 1), **scores}
-        self.history.append(entry)
-        improved = self.best is None or scores[self.metric] > self.best
-        if improved:
-            self.best, self.best_epoch, self.best_scores = scores[self.metric], epoch + 1, scores
-            self.save(self.history)
-        if logs is not None:
-            logs.update({f"dev_{k}": v for k, v in scores.items()})
-        if self.verbose:
-            shown = ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
-            progress.echo(f"epoch {epoch + 1}: loss {entry['loss']:.4f}, dev {shown}"
-                          f"{' (best, saved)' if improved else ''}")
-
-
 def _model_card(task: str, init: str | os.PathLike, train: str | os.PathLike,
                 dev: str | os.PathLike, settings: dict[str, Any], history: list[dict[str, Any]],
                 metric: str) -> str:
@@ -360,7 +326,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
         log_dir: a TensorBoard log directory (`keras.callbacks.TensorBoard`: the loss, the
             metrics, the learning rate and the dev scores of each epoch); default none.
     Returns a `FinetuneResult`; `output` also gets the run's `history.json` and `curves.png`
-    (`kbert.curves`: the loss, Keras' metrics, the learning rate and the dev scores of each
+    (`kbert.training.curves`: the loss, Keras' metrics, the learning rate and the dev scores of each
     epoch).
     """
     started = time.perf_counter()
@@ -417,7 +383,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
                                 dtype=save_dtype,
                                 model_card=card)
 
-        keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
+        keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose), epochs=epochs)
         recorder = curves.Recorder("epoch")      # after the dev scores, before TensorBoard
         callbacks = [keeper, recorder] + (
             [keras.callbacks.TensorBoard(os.fspath(log_dir))] if log_dir else []) + (

@@ -45,7 +45,7 @@ import keras
 import numpy as np
 
 from kbert import outputs
-from kbert.optimization import batches_seen, inner_optimizer
+from kbert.models.optimization import batches_seen, inner_optimizer
 
 HISTORY_FILE, CURVES_FILE = "history.json", "curves.png"
 UNITS = {"epoch": "epoch", "step": "optimizer updates"}      # unit -> the x axis' label
