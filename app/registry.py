@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kbert.config import RELEVANCE_LABELS  # light: no Keras, no TensorFlow
+from kbert.network.config import RELEVANCE_LABELS  # light: no Keras, no TensorFlow
 
 # What each tab needs, and how to say it to a user.
 HEAD_NAMES = {"mlm": "masked-LM (fill-mask)", "nsp": "next-sentence",
@@ -21,7 +21,7 @@ HEAD_NAMES = {"mlm": "masked-LM (fill-mask)", "nsp": "next-sentence",
 # A sentence encoder (config.json's `sentence_embedding`, e.g. minilm-l6-v2) is listed as having
 # the "embedding" head: the one the Search tab needs.
 EMBEDDING = "embedding"
-# A cross-encoder (a classifier labelled `kbert.config.RELEVANCE_LABELS`, e.g.
+# A cross-encoder (a classifier labelled `kbert.network.config.RELEVANCE_LABELS`, e.g.
 # minilm-l6-squad-reranker) is listed as having the "reranker" head too: the Search tab's.
 RERANKER = "reranker"
 

@@ -2,7 +2,7 @@
 
 BERT-base (12 layers, H 768, 12 heads) at batch x length 256x128 and 64x512, in `mixed_bfloat16`
 on a GPU (float32 on CPU), rows padded at the end to lengths drawn from [T/2, T]. Three columns:
-  fused             attention_dropout=0: `kbert.attention.jax_fused_attention` (cuDNN flash
+  fused             attention_dropout=0: `kbert.network.attention.jax_fused_attention` (cuDNN flash
                     attention on a GPU;
                     where cuDNN cannot run, the layer's explicit path, as in the next column)
   explicit          the same model through the explicit path (`output_attentions=True`)
@@ -28,7 +28,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import kbert  # noqa: E402
-from kbert.attention import jax_fused  # noqa: E402
+from kbert.network.attention import jax_fused  # noqa: E402
 
 VARIANTS = {"fused": (0.0, False), "explicit": (0.0, True), "explicit+dropout": (0.1, False)}
 

@@ -168,7 +168,7 @@ def rate(batches, batch_size, seconds):
 def child(args):
     """Measures every path and shape on `args.cores` CPUs; prints one JSON line each."""
     cpus = pin(args.cores)
-    from kbert.config import read_vocab
+    from kbert.network.config import read_vocab
     vocab = read_vocab(args.vocab)
     files = corpus_files(args.sources, 4 if args.quick else None)
     dirs = write_shards(args.data, files, args.vocab, args.quick)

@@ -52,7 +52,7 @@ TRAIN_KEYS = ("input_ids", "segment_ids", "input_mask", "start_positions", "end_
 
 # --- prepare (needs TensorFlow Text) ------------------------------------------------------------
 def prepare(args):
-    from kbert.config import read_vocab
+    from kbert.network.config import read_vocab
     from kbert.tasks import squad
     from kbert.tokenizer import Tokenizer
 

@@ -50,7 +50,7 @@ def main():
     args = parser.parse_args()
     from kbert import hardware
     print(hardware.describe(), flush=True)          # the CPU every number ran on
-    from kbert.config import read_vocab
+    from kbert.network.config import read_vocab
     vocab = read_vocab(args.vocab)
     files = sorted(glob.glob(os.path.join(args.corpus, "*", "*.txt")))[:args.files]
     dispatcher = text.serve_dispatcher(0)

@@ -22,11 +22,12 @@ __version__ = "0.1.0"
 # argument errors must not pay for. The model modules import no TensorFlow on JAX or PyTorch; the
 # tokenizer, the pipeline and the tf.data inputs always need TensorFlow (and tensorflow-text).
 _LAZY = {
-    **dict.fromkeys(["PRESETS", "BertConfig"], "kbert.config"),
+    **dict.fromkeys(["PRESETS", "BertConfig"], "kbert.network.config"),
     **dict.fromkeys(["ClassificationHead", "LeftToRightLMHead", "MaskedLMHead",
                      "MultipleChoiceHead", "NextSentenceHead", "SpanHead",
-                     "TokenClassificationHead"], "kbert.heads"),
-    **dict.fromkeys(["BertEmbeddings", "Pooler", "TransformerEncoderBlock"], "kbert.layers"),
+                     "TokenClassificationHead"], "kbert.network.heads"),
+    **dict.fromkeys(["BertEmbeddings", "Pooler", "TransformerEncoderBlock"],
+                    "kbert.network.layers"),
     **dict.fromkeys(["BertBackbone", "BertBiEncoder", "BertClassifier", "BertLeftToRightLM",
                      "BertMultipleChoice", "BertPretrainer", "BertQuestionAnswerer",
                      "BertReranker", "BertTokenClassifier"], "kbert.models"),

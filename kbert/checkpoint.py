@@ -24,7 +24,6 @@ from collections.abc import Sequence
 
 import keras
 
-from kbert.backbone import BertBackbone
 from kbert.checkpoint_format import (
     HEAD_NAMES,
     WEIGHTS_FILE,
@@ -50,6 +49,7 @@ from kbert.models import (
     BertTokenClassifier,
 )
 from kbert.models.finetuned import FineTunedModel
+from kbert.network.backbone import BertBackbone
 
 # the fine-tuning task model of each head
 TASK_MODELS: dict[str, type[FineTunedModel]] = {

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from kbert import outputs
-from kbert.config import BertConfig, read_vocab, shown, write_vocab
+from kbert.network.config import BertConfig, read_vocab, shown, write_vocab
 
 if TYPE_CHECKING:
     import keras
 
-    from kbert.backbone import BertBackbone
+    from kbert.network.backbone import BertBackbone
 
 WEIGHTS_FILE = "model.safetensors"
 HEAD_NAMES = ("mlm", "nsp", "ltr", "classifier", "tagger", "span", "choice")
@@ -101,7 +101,7 @@ def make_head(name: str, backbone: BertBackbone, options: dict | None = None,
     policy unless `dtype` names another)."""
     # Imported here, as `BertBackbone` in `read`: a checkpoint's description (what a graph
     # runtime reads) needs no Keras, so such a process never imports Keras or TensorFlow.
-    from kbert import heads as h
+    from kbert.network import heads as h
 
     options = options or {}
     c = backbone.config
@@ -357,7 +357,7 @@ def read(directory: str | os.PathLike, dtype: str | None = None, head_dtype: str
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{weights_path}: unreadable weights ({e})") from None
 
-    from kbert.backbone import BertBackbone  # see `make_head`: no Keras for a description
+    from kbert.network.backbone import BertBackbone  # see `make_head`: no Keras for a description
 
     backbone = BertBackbone(config, dtype=dtype)
     heads = {name: make_head(name, backbone, opts, head_dtype)

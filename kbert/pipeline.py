@@ -45,8 +45,8 @@ from kbert.tokenizer import Tokenizer
 if TYPE_CHECKING:   # the index module loads on first search
     import keras
 
-    from kbert.backbone import BertBackbone
     from kbert.checkpoint import Checkpoint
+    from kbert.network.backbone import BertBackbone
     from kbert.retrieval.index import Index
 
 

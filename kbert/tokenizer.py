@@ -48,13 +48,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kbert.config import (  # noqa: F401  (re-exported)
+from kbert.hints import Tensor
+from kbert.network.config import (  # noqa: F401  (re-exported)
     MAX_CHARS_PER_WORD,
     SPECIAL_TOKENS,
     read_vocab,
     write_vocab,
 )
-from kbert.hints import Tensor
 
 if TYPE_CHECKING:
     from kbert.tokenizer_graph import GraphWordPiece

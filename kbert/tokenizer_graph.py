@@ -17,8 +17,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.basic_tokenizer import normalize_texts, split_and_normalize
-from kbert.config import MAX_CHARS_PER_WORD
 from kbert.hints import Tensor
+from kbert.network.config import MAX_CHARS_PER_WORD
 
 # A run of more than MAX_CHARS_PER_WORD characters without a space may hold a too-long word.
 _LONG_RUN = r"(?s).*[^ ]{%d,}.*" % (MAX_CHARS_PER_WORD + 1)

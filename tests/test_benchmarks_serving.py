@@ -11,8 +11,8 @@ import pytest
 
 from helpers import REPO, tiny_vocab
 from kbert import checkpoint
-from kbert.config import BertConfig
 from kbert.convert import export
+from kbert.network.config import BertConfig
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import serve_runtimes  # noqa: E402

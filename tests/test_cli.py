@@ -120,7 +120,7 @@ def test_finetune_api_refuses_epochs_below_one_naming_them(tmp_path):
 def test_permission_and_tensorflow_errors_are_one_line(tmp_path, capsys, corpus, monkeypatch):
     import tensorflow as tf
 
-    from kbert import config
+    from kbert.network import config
     out = str(tmp_path / "vocab.txt")
 
     def denied(vocab, path):

@@ -36,9 +36,9 @@ def add_build_vocab(sub: argparse._SubParsersAction) -> None:
 
 
 def run_build_vocab(args: argparse.Namespace) -> None:
-    from kbert.config import write_vocab
     from kbert.data.sentences import read_documents
     from kbert.data.vocab import build_vocab
+    from kbert.network.config import write_vocab
     check_output_file(args.output, args.overwrite)
     sentences = (s for document in read_documents(args.input, args.input_format)
                  for s in document)

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from kbert import checkpoint, outputs
-from kbert.config import BertConfig
 from kbert.models import BertBackbone
+from kbert.network.config import BertConfig
 
 # A converted checkpoint's variables: {kbert key: float32 array}.
 Tensors = dict[str, np.ndarray]

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from kbert.config import BertConfig, read_vocab, shown
 from kbert.convert import Loaded, Tensors, guess_lower_case, read_json
 from kbert.convert.hf import config_from_hf
 from kbert.convert.tf_checkpoint import CheckpointReader, find_checkpoint
+from kbert.network.config import BertConfig, read_vocab, shown
 
 CONFIG_FILE = "bert_config.json"
 _REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",

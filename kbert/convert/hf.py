@@ -25,8 +25,8 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from kbert.checkpoint import named_variables
-from kbert.config import BertConfig, read_vocab, shown, write_vocab
 from kbert.convert import Loaded, Tensors, guess_lower_case, read_json
+from kbert.network.config import BertConfig, read_vocab, shown, write_vocab
 
 if TYPE_CHECKING:   # type-only
     from kbert.checkpoint import Checkpoint

@@ -27,8 +27,8 @@ import numpy as np
 from keras import ops
 
 from kbert.checkpoint import named_variables
-from kbert.config import BertConfig, read_vocab
 from kbert.convert import Loaded, guess_lower_case, read_json
+from kbert.network.config import BertConfig, read_vocab
 
 if TYPE_CHECKING:   # type-only
     from kbert.checkpoint import Checkpoint

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from kbert.config import BertConfig, read_vocab, shown
 from kbert.convert import Loaded, Tensors, guess_lower_case
 from kbert.convert.tf_checkpoint import CheckpointReader, find_checkpoint
+from kbert.network.config import BertConfig, read_vocab, shown
 
 CONFIG_FILES = ("params.yaml", "params.json", "encoder_config.yaml", "encoder_config.json",
                 "bert_config.json")

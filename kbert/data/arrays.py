@@ -29,8 +29,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from kbert.config import check_special_tokens
 from kbert.data.instances import FEATURES, Instance, Options
+from kbert.network.config import check_special_tokens
 
 # Named arrays: features [N, ...] (FEATURES), or `token_documents`' tokens and lengths.
 Arrays = dict[str, np.ndarray]
@@ -45,8 +45,8 @@ def token_documents(files: Sequence[str], vocab: str | list[str],
     """Text files → {"tokens", "sentence_lengths", "document_lengths", "vocab"}: every
     document's sentences as WordPiece ids (uint16 for vocabularies under 65,536 tokens), the
     sentence splitting and tokenizing of `kbert create-pretraining-data` (TensorFlow Text)."""
-    from kbert.config import read_vocab
     from kbert.data.pretraining import iter_blocks, tokenize_documents
+    from kbert.network.config import read_vocab
     from kbert.tokenizer import Tokenizer
     vocab = read_vocab(vocab) if isinstance(vocab, (str, os.PathLike)) else list(vocab)
     tokenizer = Tokenizer(vocab, lower_case)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from kbert.config import check_special_tokens
+from kbert.network.config import check_special_tokens
 
 
 def feature_spec(max_seq_length: int = 128, max_predictions_per_seq: int = 20) -> dict:
@@ -130,7 +130,7 @@ def pretraining_targets(features: dict, next_sentence: bool = True) -> tuple[dic
 def next_token_batch(features: dict) -> tuple[dict, dict, dict]:
     """(x, y, sample_weight) of a left-to-right LM (`kbert.models.BertLeftToRightLM`) from a
     batch of pretraining features: the original tokens (masks put back), label t = token t + 1,
-    weight 1 where that token is real. Twin of `kbert.heads.next_token_targets`."""
+    weight 1 where that token is real. Twin of `kbert.network.heads.next_token_targets`."""
     features = unmask(features)
     ids, mask = features["input_ids"], features["input_mask"]                # [B, T]
     x = {"input_ids": ids, "segment_ids": features["segment_ids"], "input_mask": mask}

@@ -35,7 +35,6 @@ import numpy as np
 
 from kbert import outputs
 from kbert import progress as progress_lib
-from kbert.config import read_vocab
 from kbert.data.instances import (  # noqa: F401  (re-exported: the names of one module before)
     FEATURES,
     Instance,
@@ -58,6 +57,7 @@ from kbert.data.tfrecords import (  # noqa: F401  (re-exported)
     remove_file,
     serialize_examples,
 )
+from kbert.network.config import read_vocab
 
 
 def iter_blocks(paths: Sequence[str], input_format: str = "auto", block_size: int = 20000,

@@ -169,7 +169,7 @@ def export(folder: str, quick: bool = False, variants: Sequence[str] | None = No
     """Writes what `run(arrays=folder)` needs on a machine without TensorFlow: `plan.json` (the
     plan, fixed here) and `sources.export_data`'s files (tokenized here, with TensorFlow Text).
     Returns the folder's size in bytes."""
-    from kbert.config import read_vocab
+    from kbert.network.config import read_vocab
     plan = _plan(quick, seeds, steps, mixed_precision)
     variants = _choose(variants, VARIANTS, "variant")
     tasks = _choose(tasks, TASKS, "task")

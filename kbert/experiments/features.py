@@ -32,7 +32,7 @@ from kbert.tasks import batching, ner
 from kbert.tokenizer import Tokenizer
 
 if TYPE_CHECKING:   # type-only
-    from kbert.backbone import BertBackbone
+    from kbert.network.backbone import BertBackbone
 
 # One sentence for the tagger: word features [words, F] and their label ids (or None).
 Row = tuple[np.ndarray, Any]

@@ -152,7 +152,7 @@ class Arrays:
     made them."""
 
     def __init__(self, folder: str, plan: Plan) -> None:
-        from kbert.config import read_vocab
+        from kbert.network.config import read_vocab
         self.folder, self.plan = folder, plan
         self.vocab = list(read_vocab(os.path.join(folder, "vocab.txt")))
         self._pairs: dict[str, Any] | None = None

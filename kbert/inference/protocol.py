@@ -17,7 +17,7 @@ if TYPE_CHECKING:   # type-only: the checkpoint's files and the tokenizer need n
     import numpy as np
 
     from kbert.checkpoint_format import Contents
-    from kbert.config import BertConfig
+    from kbert.network.config import BertConfig
     from kbert.tokenizer import Tokenizer
 
 Texts = Union[str, Sequence[str]]

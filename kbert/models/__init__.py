@@ -9,17 +9,17 @@
     multiple_choice.py     BertMultipleChoice (SWAG)
     retrieval.py           BertBiEncoder (sentence vectors, in-batch negatives), BertReranker
 
-The encoder itself is `kbert.backbone.BertBackbone` (re-exported here). Inputs follow the
+The encoder itself is `kbert.network.backbone.BertBackbone` (re-exported here). Inputs follow the
 original BERT feature names: `input_ids`, `segment_ids`, `input_mask` (1 = real token,
 0 = padding), and for pretraining `masked_lm_positions`.
 """
 
-from kbert.backbone import BertBackbone
 from kbert.models.classification import BertClassifier, BertTokenClassifier
 from kbert.models.multiple_choice import BertMultipleChoice
 from kbert.models.pretraining import BertLeftToRightLM, BertPretrainer
 from kbert.models.question_answering import BertQuestionAnswerer
 from kbert.models.retrieval import BertBiEncoder, BertReranker
+from kbert.network.backbone import BertBackbone
 
 __all__ = ["BertBackbone", "BertBiEncoder", "BertClassifier", "BertLeftToRightLM",
            "BertMultipleChoice", "BertPretrainer", "BertQuestionAnswerer", "BertReranker",

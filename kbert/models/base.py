@@ -7,9 +7,9 @@ from typing import Any
 import keras
 
 from kbert import hardware
-from kbert.backbone import BertBackbone
-from kbert.config import BertConfig
 from kbert.models import compilation
+from kbert.network.backbone import BertBackbone
+from kbert.network.config import BertConfig
 
 
 class TaskModel(keras.Model):
@@ -101,7 +101,7 @@ class SparseCategoricalCrossentropy(keras.losses.SparseCategoricalCrossentropy):
     [B, P, C] input: the masked LM's [32, 20, 30522] logits were copied to [32, 30522, 20] and
     back, and its log-softmax ran along a strided axis (a bfloat16 `mini` pretraining step:
     ~60 ms of ~870). Rows are what every backend's kernel reads best. On TensorFlow the rows'
-    loss is `kbert.tf_gradients.softmax_cross_entropy_rows`.
+    loss is `kbert.network.tf_gradients.softmax_cross_entropy_rows`.
     """
 
     def call(self, y_true: Any, y_pred: Any) -> Any:
@@ -109,7 +109,7 @@ class SparseCategoricalCrossentropy(keras.losses.SparseCategoricalCrossentropy):
         labels, logits = keras.ops.reshape(y_true, (-1,)), keras.ops.reshape(y_pred, (-1, classes))
         if (keras.backend.backend() == "tensorflow" and self.from_logits
                 and self.ignore_class is None):
-            from kbert import tf_gradients
+            from kbert.network import tf_gradients
             rows = tf_gradients.softmax_cross_entropy_rows(labels, logits)
         else:
             rows = super().call(labels, logits)

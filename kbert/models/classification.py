@@ -6,12 +6,12 @@ from typing import Any
 import keras
 from keras import ops  # noqa: F401  (the docstring examples)
 
-from kbert.backbone import BertBackbone
-from kbert.config import BertConfig
-from kbert.heads import ClassificationHead, TokenClassificationHead
 from kbert.hints import Inputs
 from kbert.models.base import sparse_ce
 from kbert.models.finetuned import FineTunedModel
+from kbert.network.backbone import BertBackbone
+from kbert.network.config import BertConfig
+from kbert.network.heads import ClassificationHead, TokenClassificationHead
 
 
 class SingleHeadModel(FineTunedModel):

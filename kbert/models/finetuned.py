@@ -10,11 +10,11 @@ from typing import Any
 
 import keras
 
-from kbert.backbone import BertBackbone
 from kbert.checkpoint_format import Contents, head_options_for, make_head, read, write
-from kbert.config import BertConfig
 from kbert.models.base import TaskModel
 from kbert.models.optimization import create_optimizer
+from kbert.network.backbone import BertBackbone
+from kbert.network.config import BertConfig
 
 
 class FineTunedModel(TaskModel):

@@ -5,12 +5,12 @@ from typing import Any
 import keras
 from keras import ops
 
-from kbert.backbone import BertBackbone, unpack_inputs
-from kbert.config import BertConfig
-from kbert.heads import MultipleChoiceHead
 from kbert.hints import Inputs
 from kbert.models.base import sparse_ce
 from kbert.models.classification import SingleHeadModel
+from kbert.network.backbone import BertBackbone, unpack_inputs
+from kbert.network.config import BertConfig
+from kbert.network.heads import MultipleChoiceHead
 
 
 @keras.saving.register_keras_serializable(package="kbert")

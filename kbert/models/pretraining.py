@@ -7,11 +7,11 @@ from typing import Any
 import keras
 from keras import ops  # noqa: F401  (the docstring examples)
 
-from kbert.backbone import BertBackbone
-from kbert.config import BertConfig
-from kbert.heads import LeftToRightLMHead, MaskedLMHead, NextSentenceHead
 from kbert.hints import Inputs
 from kbert.models.base import TaskModel, sparse_ce
+from kbert.network.backbone import BertBackbone
+from kbert.network.config import BertConfig
+from kbert.network.heads import LeftToRightLMHead, MaskedLMHead, NextSentenceHead
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -85,7 +85,7 @@ class BertLeftToRightLM(TaskModel):
     ablation (section 5.1), next-token cross-entropy at every position, no NSP.
 
     Inputs: `input_ids`, `segment_ids`, `input_mask`. Output: `lm_logits` [B, T, V], where
-    position t predicts token t + 1 (`kbert.heads.next_token_targets`). A config given here
+    position t predicts token t + 1 (`kbert.network.heads.next_token_targets`). A config given here
     is made causal; a backbone given must be causal already.
 
     Example:

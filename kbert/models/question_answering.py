@@ -4,12 +4,12 @@ from typing import Any
 
 import keras
 
-from kbert.backbone import BertBackbone
-from kbert.config import BertConfig
-from kbert.heads import SpanHead
 from kbert.hints import Inputs
 from kbert.models.base import sparse_ce
 from kbert.models.finetuned import FineTunedModel
+from kbert.network.backbone import BertBackbone
+from kbert.network.config import BertConfig
+from kbert.network.heads import SpanHead
 
 
 @keras.saving.register_keras_serializable(package="kbert")

@@ -18,14 +18,14 @@ from typing import Any
 import keras
 from keras import ops
 
-from kbert.backbone import BertBackbone
 from kbert.checkpoint_format import Contents, make_head, write
-from kbert.config import RELEVANCE_LABELS, BertConfig
-from kbert.heads import sentence_embedding
 from kbert.hints import Inputs, Tensor
 from kbert.models.base import sparse_ce
 from kbert.models.classification import BertClassifier
 from kbert.models.finetuned import FineTunedModel, head_dtype
+from kbert.network.backbone import BertBackbone
+from kbert.network.config import RELEVANCE_LABELS, BertConfig
+from kbert.network.heads import sentence_embedding
 
 
 @keras.saving.register_keras_serializable(package="kbert")

@@ -10,7 +10,7 @@ recompiles every step (dropout seeds are Python ints) until Dynamo gives up.
 `CompiledStep` splits the step where autograd does:
 1. the forward pass, the loss and the metrics' updates, compiled (`torch.compile`; AOTAutograd
    compiles their backward pass too), with no graph break: dropout draws from a counter-based
-   hash of its `SeedGenerator`'s state (`kbert.dropout.Dropout._traced_torch_dropout`);
+   hash of its `SeedGenerator`'s state (`kbert.network.dropout.Dropout._traced_torch_dropout`);
 2. `loss.backward()`, which runs that compiled backward graph;
 3. the optimizer's `apply` (global-norm clipping, weight decay, the learning-rate schedule and
    Adam's update as `torch._foreach_*` ops that Inductor fuses), compiled; eagerly where it

@@ -41,7 +41,7 @@ from kbert.runtime import graph_io
 from kbert.runtime.kinds import EMBED_KINDS, HEAD_KINDS, Kind, input_names, kind_name
 
 if TYPE_CHECKING:
-    from kbert.backbone import BertBackbone
+    from kbert.network.backbone import BertBackbone
 
 MANIFEST = "export.json"
 GRAPH_FORM = 4     # raised whenever the exported graphs change form (N-D MatMul, LayerNorm,
@@ -114,7 +114,7 @@ def convert_pass(backbone: BertBackbone, heads: dict[str, Any], kind: Kind, fmt:
     import keras
     import tensorflow as tf
 
-    from kbert.layers import tracing_for_graphs
+    from kbert.network.layers import tracing_for_graphs
     from kbert.runtime.passes import PassModel
     if keras.backend.backend() != "tensorflow":
         raise ExportError("graphs are made on the TensorFlow backend (see convert_checkpoint)")

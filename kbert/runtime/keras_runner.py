@@ -24,7 +24,7 @@ from kbert.runtime.passes import run_pass
 if TYPE_CHECKING:
     import numpy as np
 
-    from kbert.backbone import BertBackbone
+    from kbert.network.backbone import BertBackbone
 
 # A compiled pass: a dict of features in, the pass's output (backend tensors) out.
 Compiled = Callable[[dict[str, Any]], Any]

@@ -6,10 +6,10 @@ centred values as `Mul(x, x)`. ONNX Runtime's `LayerNormFusion` looks for `Reduc
 `Pow(x, 2)` (the form `torch.onnx.export` writes), so none of the 13 LayerNorms of a 6-layer
 encoder fused. The same operations in those forms fuse every one (one `LayerNormalization`
 kernel each): on MiniLM-L6, one core, 16 tokens, 6.1 -> 5.7 ms a call together with the N-D
-`MatMul` of `kbert.layers.Dense`'s graph form (docs/inference.md). Same values: a mean over the
-one spatial axis is the mean over the last axis, and x·x is x².
+`MatMul` of `kbert.network.layers.Dense`'s graph form (docs/inference.md). Same values: a mean over
+the one spatial axis is the mean over the last axis, and x·x is x².
 
-The GELU, 0.5·x·(1 + erf(x·0.7071…)) in `kbert.layers.gelu`, fuses (`BiasGelu`, the bias
+The GELU, 0.5·x·(1 + erf(x·0.7071…)) in `kbert.network.layers.gelu`, fuses (`BiasGelu`, the bias
 add of the intermediate layer with it) once the scaling is written x / √2, the form
 `torch.onnx.export` writes for HF's GELU: identical outputs here, and 2% off a 8 x 200-token
 call on one core (485 -> 474 ms).

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 import keras
 from keras import ops
 
-from kbert.heads import sentence_embedding
+from kbert.network.heads import sentence_embedding
 from kbert.runtime.kinds import POOLED_KINDS, Kind, needed_head
 
 if TYPE_CHECKING:
-    from kbert.backbone import BertBackbone
+    from kbert.network.backbone import BertBackbone
 
 
 def _mask_logits(backbone: BertBackbone, heads: dict[str, Any],

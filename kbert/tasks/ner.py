@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kbert.config import read_text
 from kbert.hints import PathLike
+from kbert.network.config import read_text
 
 if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
     from kbert.tokenizer import Tokenizer

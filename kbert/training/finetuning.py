@@ -41,7 +41,7 @@ from kbert.training import curves
 from kbert.training.callbacks import KeepBest
 
 if TYPE_CHECKING:
-    from kbert.config import BertConfig
+    from kbert.network.config import BertConfig
     from kbert.pipeline import Bert
     from kbert.tasks.registry import Options, Task
 
@@ -230,7 +230,7 @@ def encode(task: str, vocab: str | os.PathLike | Sequence[str], train: str | os.
         max_seq_length: default: the task's (128; SQuAD 384).
         max_train_examples: keep the first N training examples only.
     """
-    from kbert.config import read_vocab
+    from kbert.network.config import read_vocab
     from kbert.tokenizer import Tokenizer  # TensorFlow Text; training from Encoded runs without
     spec = get_task(task, **(task_options or {}))
     vocab = list(read_vocab(vocab) if isinstance(vocab, (str, os.PathLike)) else vocab)

@@ -8,8 +8,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from kbert import checkpoint as checkpoint_lib
-from kbert.config import PRESETS, BertConfig, read_vocab
 from kbert.models import BertLeftToRightLM, BertPretrainer
+from kbert.network.config import PRESETS, BertConfig, read_vocab
 
 if TYPE_CHECKING:   # type-only
     import keras

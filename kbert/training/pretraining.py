@@ -32,8 +32,8 @@ import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
 from kbert import outputs
-from kbert.config import BertConfig
 from kbert.models.optimization import batches_seen, create_optimizer
+from kbert.network.config import BertConfig
 from kbert.training import curves
 from kbert.training.callbacks import (
     Backup,

@@ -23,9 +23,9 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert.config import BertConfig
 from kbert.hardware import mixed_precision_policy
 from kbert.models.optimization import batches_seen, create_optimizer
+from kbert.network.config import BertConfig
 from kbert.training import curves
 from kbert.training.callbacks import Progress, StopAfter, TrainingMetrics
 from kbert.training.pretraining import PretrainResult, build_pretrainer

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:   # type-only
-    from kbert.config import BertConfig
+    from kbert.network.config import BertConfig
 
 import dataclasses
 import hashlib

@@ -13,9 +13,9 @@ keras_hub = pytest.importorskip("keras_hub")
 
 from helpers import max_abs_diff, random_inputs, tiny_vocab  # noqa: E402
 from kbert import checkpoint  # noqa: E402
-from kbert.config import BertConfig  # noqa: E402
 from kbert.convert import convert, export  # noqa: E402
 from kbert.models import BertBackbone  # noqa: E402
+from kbert.network.config import BertConfig  # noqa: E402
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4

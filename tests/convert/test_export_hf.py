@@ -11,9 +11,9 @@ from keras import ops
 
 from helpers import max_abs_diff, random_inputs, tiny_vocab, torch_inputs
 from kbert import checkpoint
-from kbert.config import BertConfig
 from kbert.convert import convert, export
 from kbert.models import BertBackbone
+from kbert.network.config import BertConfig
 
 pytestmark = pytest.mark.multibackend
 TOL = 1e-4

@@ -411,9 +411,9 @@ def test_mask_tokens_counts_positions_and_labels():
 
 def test_targets_of_each_pretraining_objective():
     """mlm_nsp / mlm / ltr targets from one batch of shard features; the tf.data next-token
-    targets are the twin of `kbert.heads.next_token_targets` (masks put back first)."""
+    targets are the twin of `kbert.network.heads.next_token_targets` (masks put back first)."""
     from kbert.data.inputs import targets_for
-    from kbert.heads import next_token_targets
+    from kbert.network.heads import next_token_targets
     features = {"input_ids": tf.constant([[2, 4, 9, 3, 11, 3, 0], [2, 7, 4, 3, 8, 3, 0]]),
                 "segment_ids": tf.constant([[0, 0, 0, 0, 1, 1, 0]] * 2),
                 "input_mask": tf.constant([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 0]]),

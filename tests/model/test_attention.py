@@ -13,8 +13,8 @@ import pytest
 from keras import ops
 
 from helpers import REPO
-from kbert import attention, layers
-from kbert.layers import TransformerEncoderBlock
+from kbert.network import attention, layers
+from kbert.network.layers import TransformerEncoderBlock
 
 pytestmark = pytest.mark.multibackend
 JAX = keras.backend.backend() == "jax"

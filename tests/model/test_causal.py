@@ -8,8 +8,8 @@ from keras import ops
 import kbert
 from helpers import random_inputs, tiny_vocab
 from kbert import checkpoint
-from kbert.config import BertConfig
-from kbert.heads import next_token_targets
+from kbert.network.config import BertConfig
+from kbert.network.heads import next_token_targets
 
 pytestmark = pytest.mark.multibackend
 TINY = dict(vocab_size=120, max_position_embeddings=64)

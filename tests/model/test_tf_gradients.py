@@ -1,12 +1,13 @@
-"""TensorFlow's training forms (`kbert.tf_gradients`) against their Keras twins: the same values
-and gradients, in float32 to float rounding and under `mixed_bfloat16` to bfloat16 rounding."""
+"""TensorFlow's training forms (`kbert.network.tf_gradients`) against their Keras twins: the same
+values and gradients, in float32 to float rounding and under `mixed_bfloat16` to bfloat16
+rounding."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kbert import layers
+from kbert.network import layers
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="TensorFlow's own training forms")
@@ -60,8 +61,9 @@ def test_layer_norm_in_training_equals_keras(policy, tolerance):
 @pytest.mark.parametrize("policy,tolerance", PRECISIONS)
 def test_gelu_in_training_equals_keras(policy, tolerance):
     """The encoder's GELU dense layer in training (TensorFlow: `tf_gradients.gelu` after the
-    product) against the same layer's inference form (`kbert.layers.gelu`) and against Keras'
-    exact GELU: outputs and gradients for the input, kernel and bias, over inputs from -8 to 8."""
+    product) against the same layer's inference form (`kbert.network.layers.gelu`) and against
+    Keras' exact GELU: outputs and gradients for the input, kernel and bias, over inputs from -8
+    to 8."""
     rng = np.random.default_rng(1)
     dense = layers.Dense(24, activation=layers.activation("gelu"), dtype=policy)
     dense.build((3, 7, 16))
@@ -73,7 +75,7 @@ def test_gelu_in_training_equals_keras(policy, tolerance):
         for training in (True, False)]
     _assert_close(*results, tolerance)
 
-    from kbert import tf_gradients
+    from kbert.network import tf_gradients
     z = tf.cast(tf.linspace(-8.0, 8.0, 401), dense.compute_dtype)
     upstream = tf.constant(rng.normal(size=401).astype("float32"))
     ours = _values_and_gradients(tf_gradients.gelu, [z], upstream)[1]

@@ -317,7 +317,7 @@ def test_duplicate_vocab_token_later_id_wins_as_in_transformers(tmp_path, caplog
     vocab = tiny_vocab() + ["dog", "cat"]            # "dog" and "cat" listed a second time
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    with caplog.at_level("WARNING", logger="kbert.config"):
+    with caplog.at_level("WARNING", logger="kbert.network.config"):
         tok = Tokenizer(str(path))
     lines = [r.getMessage() for r in caplog.records]
     first = tiny_vocab().index("dog") + 1

@@ -96,7 +96,7 @@ def test_each_step_object_compiles_its_own_code():
 def test_traced_dropout_is_seeded_by_the_layer_and_drops_at_its_rate():
     import torch
 
-    from kbert.dropout import Dropout
+    from kbert.network.dropout import Dropout
     layer = Dropout(0.1, seed=7)
     x = torch.ones(64, 64, 32)
 

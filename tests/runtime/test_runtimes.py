@@ -566,7 +566,7 @@ def test_shipped_model_through_openvino_matches_keras_on_real_weights():
 def test_the_forms_traced_for_graphs_equal_the_keras_forms(causal):
     """`tracing_for_graphs`' LayerNorm, Dense and attention are twins of the training
     forms."""
-    from kbert.layers import tracing_for_graphs
+    from kbert.network.layers import tracing_for_graphs
     keras.utils.set_random_seed(1)
     backbone = kbert.BertBackbone(BertConfig.preset("tiny", vocab_size=120, causal=causal))
     ids = np.random.default_rng(0).integers(5, 120, (3, 9)).astype("int32")

@@ -10,9 +10,9 @@ from typing import Any
 import keras
 from keras import ops
 
-from kbert.config import BertConfig
 from kbert.hints import Inputs, Tensor
-from kbert.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
+from kbert.network.config import BertConfig
+from kbert.network.layers import BertEmbeddings, Pooler, TransformerEncoderBlock
 
 
 def unpack_inputs(inputs: Inputs) -> tuple[Tensor, Tensor, Tensor]:

@@ -8,9 +8,9 @@ from typing import Any
 import keras
 from keras import ops
 
-from kbert.dropout import Dropout
 from kbert.hints import Shape, Tensor
-from kbert.layers import LayerNorm, activation, initializer
+from kbert.network.dropout import Dropout
+from kbert.network.layers import LayerNorm, activation, initializer
 
 
 class MaskedLMHead(keras.layers.Layer):

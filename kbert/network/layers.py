@@ -13,9 +13,9 @@ from typing import Any
 import keras
 from keras import ops
 
-from kbert import attention
-from kbert.dropout import Dropout
 from kbert.hints import Shape, Tensor
+from kbert.network import attention
+from kbert.network.dropout import Dropout
 
 _FOR_GRAPHS = contextvars.ContextVar("kbert_tracing_for_graphs", default=False)
 
@@ -62,13 +62,14 @@ class LayerNorm(keras.layers.LayerNormalization):
     one-element axis list: the pattern OpenVINO fuses into one MVN op (Keras' own form, moments
     and a fused multiply-add, stays a dozen elementwise ops there, and OpenVINO's fusion fails
     on a scalar axis). Twin of Keras' `ops.layer_normalization` (a test holds them equal).
-    Training on TensorFlow takes `kbert.tf_gradients.layer_norm` (the same values, its gradient
-    in a closed form: 21 ops a call with the gradient, where autodiff of Keras' form made 45).
+    Training on TensorFlow takes `kbert.network.tf_gradients.layer_norm` (the same values, its
+    gradient in a closed form: 21 ops a call with the gradient, where autodiff of Keras' form
+    made 45).
     """
 
     def call(self, inputs: Tensor, training: bool | None = None) -> Tensor:
         if training and keras.backend.backend() == "tensorflow" and self._last_axis_only(inputs):
-            from kbert import tf_gradients
+            from kbert.network import tf_gradients
             return tf_gradients.layer_norm(inputs, self.gamma, self.beta, self.epsilon)
         if not _for_graphs():
             return super().call(inputs)
@@ -122,7 +123,7 @@ class Dense(keras.layers.Dense):
         rows = tf.reshape(inputs, [-1, kernel.shape[0]])
         y = tf.nn.bias_add(tf.matmul(rows, kernel), bias)
         if training and self.activation is gelu:   # its gradient in fewer ops (as LayerNorm's)
-            from kbert import tf_gradients
+            from kbert.network import tf_gradients
             y = tf_gradients.gelu(y)
         else:
             y = self.activation(y)

@@ -1,7 +1,7 @@
 """`Dropout`: Keras' dropout layer with a cheaper mask on TensorFlow and PyTorch.
 
-The encoder's layers (`kbert.layers`) and heads (`kbert.heads`) use it; the mask is drawn from
-16 (PyTorch: 15) random bits an element instead of a float32 uniform.
+The encoder's layers (`kbert.network.layers`) and heads (`kbert.network.heads`) use it; the mask is
+drawn from 16 (PyTorch: 15) random bits an element instead of a float32 uniform.
 """
 
 import keras

@@ -7,7 +7,7 @@ op from the forward: Keras' LayerNorm (moments, then a fused multiply-add) and i
 45 ops a call (constants aside), the GELU's gradient 10 elementwise passes, the fused
 cross-entropy a slow kernel for the masked LM's [640, 30,522] logits. The forms here compute
 the same values in fewer passes and keep what their gradients need; fewer ops also trace and
-start faster. Only training uses them (`kbert.layers` on TensorFlow with `training=True`,
+start faster. Only training uses them (`kbert.network.layers` on TensorFlow with `training=True`,
 kbert's loss on TensorFlow): inference keeps the forms TensorFlow's graph optimizer and the
 exporters fuse. Each has its Keras twin in a test (values and gradients equal).
 

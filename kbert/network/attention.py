@@ -1,6 +1,6 @@
 """Attention's parts below the Transformer block: the key mask, the masked softmax's two
 halves, and the fused kernels per backend (cuDNN's flash attention on JAX, PyTorch's
-`scaled_dot_product_attention`). `kbert.layers.TransformerEncoderBlock` picks among them.
+`scaled_dot_product_attention`). `kbert.network.layers.TransformerEncoderBlock` picks among them.
 Shapes: B batch, T sequence length, N heads, D head size.
 """
 
@@ -82,7 +82,7 @@ def jax_fused_attention(q: Tensor, k: Tensor, v: Tensor, input_mask: Tensor, cau
                          scale: float) -> Tensor:
     """Attention as one `jax.nn.dot_product_attention` call: cuDNN's flash attention on a GPU.
 
-    Twin of the explicit path in `kbert.layers.TransformerEncoderBlock._attention` (a test
+    Twin of the explicit path in `kbert.network.layers.TransformerEncoderBlock._attention` (a test
     holds them equal).
     `q`, `k`, `v` [B, T, N, D] → context [B, T, N, D]. Padding goes in as key lengths, the one
     form cuDNN's kernel takes (it rejects a [B, 1, 1, T] mask); that needs every row's padding to
@@ -118,7 +118,7 @@ def fused_dropout(x: Tensor) -> bool:
     """Whether the backend's fused attention drops the probabilities faster than the explicit
     path: PyTorch on a GPU (memory-efficient attention). On a CPU PyTorch's fused kernels take
     no dropout, so `scaled_dot_product_attention` falls back to its math path with a float32
-    Bernoulli mask; the explicit path with `kbert.layers.Dropout`'s 16-bit mask is faster
+    Bernoulli mask; the explicit path with `kbert.network.layers.Dropout`'s 16-bit mask is faster
     there (one layer of a `mini` step, forward + backward, [32, 4, 128, 64]: 38 -> 24 ms in
     bfloat16, 48 -> 38 ms in float32). TensorFlow's and JAX's fused kernels drop nothing."""
     return keras.backend.backend() == "torch" and x.device.type != "cpu"
