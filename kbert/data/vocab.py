@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-from kbert.basic_tokenizer import basic_tokenize
+from kbert.tokenizer.basic import basic_tokenize
 
 
 def build_vocab(texts: Iterable[str], vocab_size: int, lower_case: bool = True,

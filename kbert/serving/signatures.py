@@ -20,9 +20,9 @@ from kbert.serving.graph_ops import (
     cut,
     group_entities,
     mask_positions,
-    pack,
 )
 from kbert.tokenizer import Tokenizer
+from kbert.tokenizer.packing import pack
 
 if TYPE_CHECKING:
     from kbert.checkpoint import Checkpoint

@@ -23,8 +23,9 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from kbert.hints import Tensor
-from kbert.serving.graph_ops import assemble, char_offset, cut
+from kbert.serving.graph_ops import char_offset, cut
 from kbert.serving.options import ExportOptions
+from kbert.tokenizer.packing import assemble
 
 
 def windows(special: tuple[int, int, int], question: Tensor, context: Tensor,

@@ -10,7 +10,7 @@ Each is a Keras layer: `preprocessor(x, y=None, sample_weight=None)` returns wha
 features alone without labels — so
 `dataset.map(preprocessor)` runs it in the `tf.data` pipeline whichever backend trains, as
 keras-hub's preprocessors do. Text pairs travel as a tuple. Sentence(-pair) and multiple-choice
-packing are TensorFlow ops (`kbert.serving.graph_ops.pack`, the graph twin of `Tokenizer.pack`:
+packing are TensorFlow ops (`kbert.tokenizer.packing.pack`, the graph twin of `Tokenizer.pack`:
 the longer side is cut first, as in the paper's code); tagging and QA run `kbert.tasks.ner` /
 `kbert.tasks.squad`'s encoders in a `tf.py_function`. Every batch is padded to its own longest
 row (rounded up to `pad_to_multiple_of`, so a compiled step sees few shapes).
@@ -40,9 +40,9 @@ import tensorflow as tf
 
 from kbert.checkpoint_format import head_options_for  # noqa: F401  (kept importable here)
 from kbert.hints import Tensor
-from kbert.serving.graph_ops import pack
 from kbert.tasks import batching, ner, squad
 from kbert.tokenizer import Tokenizer
+from kbert.tokenizer.packing import pack
 
 # Raw inputs: lists or arrays of strings (a tuple of them for pairs), tensors, or features.
 Raw = Any

@@ -9,7 +9,6 @@ import tensorflow as tf
 
 import kbert.tokenizer as tokenizer_module
 from helpers import tiny_vocab
-from kbert.basic_tokenizer import basic_tokenize
 from kbert.data.sentences import read_documents
 from kbert.data.vocab import build_vocab
 from kbert.tokenizer import (
@@ -18,6 +17,7 @@ from kbert.tokenizer import (
     read_vocab,
     write_vocab,
 )
+from kbert.tokenizer.basic import basic_tokenize
 
 HARD_CASES = [
     "Héllo Wörld! Café naïve résumé",                       # accents

@@ -1,7 +1,7 @@
 """WordPiece tokenization in the TensorFlow graph (tensorflow-text), and BERT input packing.
 
 One tokenizer path serves training data, inference, the playground and the exported graph. It is
-BERT's basic tokenization (`kbert.basic_tokenizer`: steps 1-2) followed by WordPiece, built from
+BERT's basic tokenization (`kbert.tokenizer.basic`: steps 1-2) followed by WordPiece, built from
 ops that TF Serving 2.20 ships
 (`RegexSplitWithOffsets`, `NormalizeUTF8`, `StaticRegexReplace`, `StringLower`, `UnicodeDecode`,
 `WordpieceTokenizeWithOffsets`), and it gives the same ids as HF `tokenizers`' BERT pipeline:
@@ -34,7 +34,7 @@ BERT pipeline (Rust) on the same vocabulary where that package is installed: ~20
 where a TensorFlow call costs ~0.3 ms, and ~0.1 ms a paragraph with offsets where the offsets
 route takes ~0.5 ms; TensorFlow's batched ids route is faster from about eight texts on (1,038
 SQuAD paragraphs: 48 ms against Rust's 195 ms on two cores). A tokenizer made with
-`graph=False` (a graph runtime's) builds its TensorFlow half (`kbert.tokenizer_graph`) on first
+`graph=False` (a graph runtime's) builds its TensorFlow half (`kbert.tokenizer.graph`) on first
 use only, and in a process that has not imported TensorFlow takes the Rust route for every
 request, so that serving from ONNX or OpenVINO graphs needs no TensorFlow. Every route gives
 the same ids and offsets, a literal `[MASK]` included (tests hold each to HF's).
@@ -57,7 +57,7 @@ from kbert.network.config import (  # noqa: F401  (re-exported)
 )
 
 if TYPE_CHECKING:
-    from kbert.tokenizer_graph import GraphWordPiece
+    from kbert.tokenizer.graph import GraphWordPiece
 
 _SMALL_TEXTS, _SMALL_CHARS = 8, 3000   # at most: a request for the Rust tokenizer
 
@@ -202,10 +202,10 @@ class Tokenizer:
 
     @property
     def graph(self) -> GraphWordPiece:
-        """The TensorFlow routes (`kbert.tokenizer_graph`), built on first use."""
+        """The TensorFlow routes (`kbert.tokenizer.graph`), built on first use."""
         if self._graph is None:
             # Imported here to keep TensorFlow out of processes that never need it.
-            from kbert.tokenizer_graph import GraphWordPiece
+            from kbert.tokenizer.graph import GraphWordPiece
             self._graph = GraphWordPiece(self.vocab, self.token_to_id, self.lower_case,
                                          self.unk_id, self.mask_id)
         return self._graph
@@ -312,7 +312,7 @@ class Tokenizer:
         Returns numpy `input_ids`, `segment_ids`, `input_mask` [B, T] and the number of
         tokens cut from each example.
 
-        Twin: `kbert.serving.graph_ops.pack` (with `truncate_pair`) does this in the graph;
+        Twin: `kbert.tokenizer.packing.pack` (with `truncate_pair`) does this in the graph;
         tests/serving/test_export.py holds the exported answers equal to the pipeline's.
         """
         second = second if second is not None else [None] * len(first)

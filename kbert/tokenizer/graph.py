@@ -16,9 +16,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from kbert.basic_tokenizer import normalize_texts, split_and_normalize
 from kbert.hints import Tensor
 from kbert.network.config import MAX_CHARS_PER_WORD
+from kbert.tokenizer.basic import normalize_texts, split_and_normalize
 
 # A run of more than MAX_CHARS_PER_WORD characters without a space may hold a too-long word.
 _LONG_RUN = r"(?s).*[^ ]{%d,}.*" % (MAX_CHARS_PER_WORD + 1)
