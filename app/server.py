@@ -44,7 +44,7 @@ def add_arguments(parser):
 
 def models_dir_or_default(models_dir=DEFAULT_MODELS_DIR):
     """`models_dir`, or the first directory of the checkpoint search path."""
-    from kbert.checkpoint_format import search_path  # light: no Keras, no TensorFlow
+    from kbert.checkpoint.files import search_path  # light: no Keras, no TensorFlow
     return models_dir or next(iter(search_path()), "saved_models")
 
 

@@ -9,6 +9,8 @@ import argparse
 import json
 import os
 
+from kbert.models.task_models import task_model
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
@@ -19,7 +21,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     args = p.parse_args()
     from kbert import checkpoint, training
-    model = checkpoint.load(args.model).task_model("pretraining")
+    model = task_model(checkpoint.load(args.model), "pretraining")
     print(json.dumps(training.evaluate_pretraining(model, args.data, args.batch_size)))
 
 

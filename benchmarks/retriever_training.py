@@ -229,7 +229,7 @@ def main():
     import keras
     print(f"kbert on Keras {keras.__version__}, backend {keras.backend.backend()}, float32")
 
-    from kbert.checkpoint_format import resolve
+    from kbert.checkpoint.files import resolve
     shipped = resolve("minilm-l6-v2")
     pairs, data, answers, contexts = split(args.data)
     print(f"{len(pairs)} training pairs (18 articles); {len(data.queries)} held-out questions "
@@ -342,7 +342,7 @@ def rerank_part(args, pairs, sub, top, first_stage, similarities):
     """The rerank part's rows (the NSP head untrained where it is the start; the trained
     cross-encoder alone; its log-odds fused with the first stage's cosine) and the best
     reranked MRR@10. Scores are kept in OUTPUT/rerank_scores.npz."""
-    from kbert.checkpoint_format import resolve
+    from kbert.checkpoint.files import resolve
     from kbert.models import BertBiEncoder, BertReranker
     from kbert.retrieval.rerank import FIRST_STAGE_WEIGHT, fused_rows  # weight fixed, not tuned
     from kbert.training.retrievers import mine_negatives, reranker_scores, train_reranker

@@ -46,6 +46,8 @@ ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 from finetune_vs_hf import hf_optimizer  # noqa: E402  (run_glue.py's AdamW and schedule)
 
+from kbert.models.task_models import task_model  # noqa: E402
+
 ENGINES = {"kbert-jax": "jax", "kbert-torch": "torch", "hf": None, "hf-longest": None}
 TRAIN_KEYS = ("input_ids", "segment_ids", "input_mask", "start_positions", "end_positions")
 
@@ -127,7 +129,7 @@ def engine_kbert(args):
     train, held, held_features = _load_bundle(args.bundle)
     ckpt = checkpoint.load(args.init)
     ckpt.heads = {"span": checkpoint.make_head("span", ckpt.backbone, {"version": "1.1"})}
-    model = ckpt.task_model("span")
+    model = task_model(ckpt, "span")
     features = {k: train[k] for k in ("input_ids", "segment_ids", "input_mask")}
     labels = {"start_logits": train["start_positions"], "end_logits": train["end_positions"]}
 

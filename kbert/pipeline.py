@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kbert import checkpoint_format
 from kbert import runtime as runtime_lib
-from kbert.checkpoint_format import Contents, MissingHeadError
+from kbert.checkpoint import files as checkpoint_format
+from kbert.checkpoint.files import Contents, MissingHeadError
 from kbert.inference import (
     classification,
     embeddings,
@@ -98,11 +98,12 @@ class Bert:
     @property
     def model(self) -> keras.Model:
         if self._model is None:
-            self._model = self._built().task_model()
+            self._model = self.task_model()
         return self._model
 
     def task_model(self, task: str | None = None) -> keras.Model:
-        return self._built().task_model(task)
+        from kbert.models.task_models import task_model  # Keras: see `_built`
+        return task_model(self._built(), task)
 
     def prepare(self) -> Bert:
         """Makes ready now what the first call of each method would otherwise wait for: on the

@@ -8,7 +8,7 @@ from typing import Union
 
 import numpy as np
 
-from kbert.checkpoint_format import Contents, MissingHeadError
+from kbert.checkpoint.files import Contents, MissingHeadError
 
 # one check of the texts for every entry point (`Index` too): the tokenizer's
 from kbert.tokenizer import check_texts as texts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kbert.checkpoint_format import Contents
+from kbert.checkpoint.files import Contents
 from kbert.inference.arguments import Texts, pairs, positive_int, require_head, softmax
 from kbert.inference.runner import TextRunner
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 if TYPE_CHECKING:   # type-only: the checkpoint's files and the tokenizer need numpy and TF
     import numpy as np
 
-    from kbert.checkpoint_format import Contents
+    from kbert.checkpoint.files import Contents
     from kbert.network.config import BertConfig
     from kbert.tokenizer import Tokenizer
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kbert.checkpoint_format import Contents
+from kbert.checkpoint.files import Contents
 from kbert.inference.arguments import Texts, positive_int, require_head, softmax, texts
 from kbert.inference.runner import TextRunner
 from kbert.tasks.metrics import entities

@@ -8,6 +8,10 @@
     question_answering.py  BertQuestionAnswerer (SQuAD spans)
     multiple_choice.py     BertMultipleChoice (SWAG)
     retrieval.py           BertBiEncoder (sentence vectors, in-batch negatives), BertReranker
+    task_models.py         `task_model(ckpt, task)`: the task model of a loaded checkpoint
+    optimization.py        the optimizers of `compile()`'s recipe (AdamW, LAMB, warmup + decay)
+    compilation.py         how the train step compiles (XLA, per shape); torch_step.py: the
+                           PyTorch train step compiled as one graph
 
 The encoder itself is `kbert.network.backbone.BertBackbone` (re-exported here). Inputs follow the
 original BERT feature names: `input_ids`, `segment_ids`, `input_mask` (1 = real token,
@@ -19,8 +23,9 @@ from kbert.models.multiple_choice import BertMultipleChoice
 from kbert.models.pretraining import BertLeftToRightLM, BertPretrainer
 from kbert.models.question_answering import BertQuestionAnswerer
 from kbert.models.retrieval import BertBiEncoder, BertReranker
+from kbert.models.task_models import TASK_MODELS, task_model
 from kbert.network.backbone import BertBackbone
 
 __all__ = ["BertBackbone", "BertBiEncoder", "BertClassifier", "BertLeftToRightLM",
            "BertMultipleChoice", "BertPretrainer", "BertQuestionAnswerer", "BertReranker",
-           "BertTokenClassifier"]
+           "BertTokenClassifier", "TASK_MODELS", "task_model"]

@@ -33,6 +33,11 @@ class TaskModel(keras.Model):
         config = dict(config)
         return cls(BertBackbone(config.pop("backbone")), **config)
 
+    def checkpoint_components(self) -> tuple[BertBackbone, dict]:
+        """(backbone, {head name: layer}): what `kbert.checkpoint.save` writes of this model."""
+        raise TypeError(f"cannot save a {type(self).__name__} as a checkpoint; "
+                        f"use its own save_checkpoint")
+
     def _head_kwargs(self) -> dict:
         c = self.config
         return dict(initializer_range=c.initializer_range, dtype=self.dtype_policy)

@@ -10,7 +10,7 @@ from typing import Any
 
 import keras
 
-from kbert.checkpoint_format import Contents, head_options_for, make_head, read, write
+from kbert.checkpoint.files import Contents, head_options_for, make_head, read, write
 from kbert.models.base import TaskModel
 from kbert.models.optimization import create_optimizer
 from kbert.network.backbone import BertBackbone
@@ -94,6 +94,11 @@ class FineTunedModel(TaskModel):
     def with_head(cls, backbone: BertBackbone, head: keras.layers.Layer) -> "FineTunedModel":
         """This task model on `backbone` with an existing `head` (weights shared)."""
         return cls(backbone, head=head)
+
+    def checkpoint_components(self) -> tuple[Any, dict]:
+        if self.head_name is None:
+            return super().checkpoint_components()
+        return self.backbone, {self.head_name: self.head}
 
     def save_checkpoint(self, directory: str, vocab: list | str | None = None,
                         do_lower_case: bool | None = None, dtype: str = "float32",

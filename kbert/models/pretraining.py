@@ -78,6 +78,10 @@ class BertPretrainer(TaskModel):
     def get_config(self) -> dict:
         return {**super().get_config(), "next_sentence": self.next_sentence}
 
+    def checkpoint_components(self) -> tuple[BertBackbone, dict]:
+        heads = {"mlm": self.mlm_head, "nsp": self.nsp_head}
+        return self.backbone, {k: v for k, v in heads.items() if v is not None}
+
 
 @keras.saving.register_keras_serializable(package="kbert")
 class BertLeftToRightLM(TaskModel):
@@ -116,6 +120,9 @@ class BertLeftToRightLM(TaskModel):
     def call(self, inputs: Inputs, training: bool = False) -> Any:
         out = self.backbone(inputs, training=training)
         return {"lm_logits": self.lm_head(out["sequence_output"])}
+
+    def checkpoint_components(self) -> tuple[BertBackbone, dict]:
+        return self.backbone, {"ltr": self.lm_head}
 
     def compile(self, optimizer: Any = "adam", loss: Any = None, weighted_metrics: Any = None,
                 **kwargs: Any) -> None:

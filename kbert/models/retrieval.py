@@ -18,7 +18,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from kbert.checkpoint_format import Contents, make_head, write
+from kbert.checkpoint.files import Contents, make_head, write
 from kbert.hints import Inputs, Tensor
 from kbert.models.base import sparse_ce
 from kbert.models.classification import BertClassifier
@@ -76,7 +76,7 @@ class BertBiEncoder(FineTunedModel):
         dtype: the encoder's Keras dtype policy (e.g. "mixed_bfloat16"; the sentence vectors
         and scores are float32 either way).
         """
-        from kbert import checkpoint_format
+        from kbert.checkpoint import files as checkpoint_format
         from kbert.tasks import preprocessing  # TensorFlow, on use
         if num_labels is not None or labels:
             raise ValueError("a bi-encoder has no labels")

@@ -34,7 +34,7 @@ def fused_rows(first: np.ndarray, log_odds: np.ndarray) -> np.ndarray:
 
 def scorer(model: Encoder) -> str:
     """The head `rerank` scores with: 'classifier' where present, else 'nsp'."""
-    from kbert.checkpoint_format import MissingHeadError  # Keras is loaded with the model
+    from kbert.checkpoint.files import MissingHeadError  # Keras is loaded with the model
     for head in ("classifier", "nsp"):
         if head in model.checkpoint.heads:
             return head

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from kbert.runtime.options import DTYPES, RUNTIMES, RuntimeOptionError, resolve
 
 if TYPE_CHECKING:
-    from kbert.checkpoint_format import Contents
+    from kbert.checkpoint.files import Contents
     from kbert.runtime.engines import GraphRunner
     from kbert.runtime.keras_runner import ForwardPasses
 

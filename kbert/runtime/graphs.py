@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kbert import outputs, progress
-from kbert.checkpoint_format import WEIGHTS_FILE
+from kbert.checkpoint.files import WEIGHTS_FILE
 from kbert.runtime import graph_io
 from kbert.runtime.kinds import EMBED_KINDS, HEAD_KINDS, Kind, input_names, kind_name
 

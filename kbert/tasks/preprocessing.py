@@ -38,7 +38,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.checkpoint_format import head_options_for  # noqa: F401  (kept importable here)
+from kbert.checkpoint.files import head_options_for  # noqa: F401  (kept importable here)
 from kbert.hints import Tensor
 from kbert.tasks import batching, ner, squad
 from kbert.tokenizer import Tokenizer

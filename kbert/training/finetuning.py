@@ -35,6 +35,7 @@ from kbert import outputs, progress
 from kbert.hardware import mixed_precision_policy
 from kbert.models import compilation
 from kbert.models.optimization import check_schedule, create_optimizer
+from kbert.models.task_models import task_model
 from kbert.tasks import batching
 from kbert.tasks.registry import TASKS, Prepared, get_task
 from kbert.training import curves
@@ -154,7 +155,7 @@ def evaluate(task: str, model: "str | os.PathLike | checkpoint_lib.Checkpoint",
     if bert is not None:
         predictor = _PassPredictor(bert, spec.head)
     else:                             # `_load`'s Checkpoint (not a Bert's Contents)
-        predictor = ckpt.task_model(spec.head)  # type: ignore[attr-defined]
+        predictor = task_model(ckpt, spec.head)  # type: ignore[arg-type]
     from kbert.tokenizer import Tokenizer  # TensorFlow Text; predict() runs without it
     tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case)
     prepared = spec.encode(tokenizer, spec.read(data), _max_seq_length(
@@ -350,7 +351,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
 
         head = checkpoint_lib.make_head(spec.head, ckpt.backbone, options, dtype="float32")
         ckpt.heads, ckpt.head_options = {spec.head: head}, {spec.head: options}
-        model = ckpt.task_model(spec.head)
+        model = task_model(ckpt, spec.head)
         features, label_keys, weight_key = spec.targets(train_set)
         ladder = _compiles_per_shape(jit_compile)
         dataset, per_epoch = batching.feed(features, batch_size, label_keys, weight_key,

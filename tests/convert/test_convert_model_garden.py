@@ -13,6 +13,8 @@ pytest.importorskip("official.nlp.modeling")
 from official.modeling import tf_utils  # noqa: E402
 from official.nlp.modeling import layers, models, networks  # noqa: E402
 
+from kbert.models.task_models import task_model  # noqa: E402
+
 TOL = 1e-4
 VOCAB = 120
 ENCODER = dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_attention_heads=4,
@@ -79,7 +81,7 @@ def test_pretrainer_matches(tmp_path):
     src = _save(tmp_path / "mg", model=model)
     ckpt = convert("model-garden", src, str(tmp_path / "kbert"))
     assert set(ckpt.heads) == {"mlm", "nsp"}
-    out = ckpt.task_model("pretraining")({**x, "masked_lm_positions": positions})
+    out = task_model(ckpt, "pretraining")({**x, "masked_lm_positions": positions})
     seq = ckpt.backbone(x)
     mask = x["input_mask"]
     diffs = {"sequence": max_abs_diff(seq["sequence_output"], ref["sequence_output"], mask),

@@ -13,6 +13,7 @@ from helpers import max_abs_diff, random_inputs, tiny_vocab, torch_inputs
 from kbert import checkpoint
 from kbert.convert import convert, export
 from kbert.models import BertBackbone
+from kbert.models.task_models import task_model
 from kbert.network.config import BertConfig
 
 pytestmark = pytest.mark.multibackend
@@ -49,7 +50,7 @@ def test_pretraining_export(tmp_path, hidden_act):
         ref = hf(**torch_inputs(x))
         base = hf.bert(**torch_inputs(x))
     seq = ckpt.backbone(x)
-    out = ckpt.task_model("pretraining")({**x, "masked_lm_positions": POSITIONS})
+    out = task_model(ckpt, "pretraining")({**x, "masked_lm_positions": POSITIONS})
     ref_mlm = torch.stack([ref.prediction_logits[i, POSITIONS[i]] for i in range(3)])
     mask = x["input_mask"]
     diffs = {"sequence": max_abs_diff(seq["sequence_output"], base.last_hidden_state, mask),
@@ -89,13 +90,13 @@ def test_task_exports(tmp_path, head, cls):
         diff = max(max_abs_diff(out["sequence_output"], ref.last_hidden_state, x["input_mask"]),
                    max_abs_diff(out["pooled_output"], ref.pooler_output))
     elif head == "span":
-        out = ckpt.task_model("span")(x)
+        out = task_model(ckpt, "span")(x)
         diff = max(max_abs_diff(out["start_logits"], ref.start_logits),
                    max_abs_diff(out["end_logits"], ref.end_logits))
     else:
         assert hf.config.id2label == {0: "neg", 1: "neu", 2: "pos"}
         mask = x["input_mask"] if head == "tagger" else None
-        diff = max_abs_diff(ckpt.task_model(head)(x), ref.logits, mask)
+        diff = max_abs_diff(task_model(ckpt, head)(x), ref.logits, mask)
     print(f"export to HF {cls.__name__} max abs diff", diff)
     assert diff < TOL
 

@@ -12,6 +12,7 @@ from safetensors.numpy import load_file
 import kbert
 from helpers import tiny_vocab, write_vocab
 from kbert import cli, finetune, hardware
+from kbert.models import TASK_MODELS
 
 FAST = dict(batch_size=8, warmup=0.1, verbose=False, epochs=1, learning_rate=1e-3,
             jit_compile=keras.backend.backend() == "jax")
@@ -57,7 +58,7 @@ def test_mixed_precision_heads_give_float32_logits(tiny_init):
     ckpt = checkpoint.load(tiny_init, dtype="mixed_bfloat16", head_dtype="float32")
     head = checkpoint.make_head("classifier", ckpt.backbone, {"labels": ["0", "1"]},
                                 dtype="float32")
-    model = checkpoint.TASK_MODELS["classifier"].with_head(ckpt.backbone, head)
+    model = TASK_MODELS["classifier"].with_head(ckpt.backbone, head)
     x = {"input_ids": np.ones((2, 8), "int32"), "segment_ids": np.zeros((2, 8), "int32"),
          "input_mask": np.ones((2, 8), "int32")}
     assert ckpt.backbone.compute_dtype == "bfloat16"

@@ -8,6 +8,7 @@ from keras import ops
 import kbert
 from helpers import random_inputs, tiny_vocab
 from kbert import checkpoint
+from kbert.models.task_models import task_model
 from kbert.network.config import BertConfig
 from kbert.network.heads import next_token_targets
 
@@ -110,7 +111,7 @@ def test_ablation_models_train_and_round_trip_through_checkpoints(tmp_path):
         path = checkpoint.save(tmp_path / task, model, vocab=vocab)
         loaded = checkpoint.load(path)
         assert sorted(loaded.heads) == (["ltr"] if task == "ltr" else ["mlm"])
-        again = loaded.task_model(task)
+        again = task_model(loaded, task)
         np.testing.assert_allclose(ops.convert_to_numpy(again(x)[key]),
                                    ops.convert_to_numpy(model(x)[key]), atol=1e-5)
     assert checkpoint.load(tmp_path / "ltr").config.causal is True

@@ -14,17 +14,19 @@ whether vectors are normalized, and the longest input it was trained on), which
 Safetensors keeps the weights framework-neutral (readable without Keras, by any backend) and
 lets a checkpoint be stored in float16 while loading into float32 variables.
 
-The files themselves (finding, checking, reading, writing) are `kbert.checkpoint_format`'s,
-re-exported here; this module adds what needs the task models: `Checkpoint.task_model`, and
-`save` of a whole task model.
+The files themselves (finding, checking, reading, writing) are `kbert.checkpoint.files`'s,
+re-exported here with `load` and `save` (of a backbone or any kbert task model). The task
+models are above the checkpoint — they read and write theirs through it — so the task model of
+a loaded checkpoint is `kbert.models.task_model(ckpt, task)`.
 """
+
+from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-import keras
-
-from kbert.checkpoint_format import (
+from kbert.checkpoint.files import (
     HEAD_NAMES,
     WEIGHTS_FILE,
     CheckpointError,
@@ -40,66 +42,30 @@ from kbert.checkpoint_format import (
     search_path,
     write,
 )
-from kbert.models import (
-    BertClassifier,
-    BertLeftToRightLM,
-    BertMultipleChoice,
-    BertPretrainer,
-    BertQuestionAnswerer,
-    BertTokenClassifier,
-)
-from kbert.models.finetuned import FineTunedModel
-from kbert.network.backbone import BertBackbone
 
-# the fine-tuning task model of each head
-TASK_MODELS: dict[str, type[FineTunedModel]] = {
-    "classifier": BertClassifier, "tagger": BertTokenClassifier, "span": BertQuestionAnswerer,
-    "choice": BertMultipleChoice}
+if TYPE_CHECKING:   # Keras, with the layers only
+    from kbert.network.backbone import BertBackbone
 
 
 class Checkpoint(Contents):
-    """A loaded checkpoint: the encoder, its heads (Keras layers) and the vocabulary."""
-
-    def task_model(self, task: str | None = None) -> keras.Model:
-        """A Keras model for `fit`/`predict` built from these weights (shared, not copied).
-
-        task: "pretraining" (MLM, with NSP where the checkpoint has that head), "ltr",
-            "classifier", "tagger", "span" or "choice"; by default the most specific one the
-            checkpoint has heads for.
-        """
-        task = task or next((t for t in ("span", "classifier", "tagger", "choice", "ltr")
-                             if t in self.heads), "pretraining")
-        # Pretraining needs the MLM head; NSP is optional (the "No NSP" ablation has none).
-        need = {"pretraining": ("mlm",) if "mlm" in self.heads else ("mlm", "nsp")}.get(
-            task, (task,))
-        missing = [h for h in need if h not in self.heads]
-        if missing:
-            raise CheckpointError(f"checkpoint {self.path or ''} has no {' or '.join(missing)} "
-                                  f"head (it has: {', '.join(self.heads) or 'none'})")
-        if task == "pretraining":
-            return BertPretrainer(self.backbone, self.heads["mlm"], self.heads.get("nsp"),
-                                  next_sentence="nsp" in self.heads)
-        if task == "ltr":
-            return BertLeftToRightLM(self.backbone, self.heads["ltr"])
-        return TASK_MODELS[task].with_head(self.backbone, self.heads[task])
+    """A loaded checkpoint: the encoder, its heads (Keras layers) and the vocabulary
+    (`kbert.models.task_model(ckpt)` makes a task model on them)."""
 
 
-def components_of(model: keras.Model) -> tuple[BertBackbone, dict]:
-    """(backbone, {head name: layer}) of a BertBackbone or any kbert task model."""
+def components_of(model: Any) -> tuple[BertBackbone, dict]:
+    """(backbone, {head name: layer}) of a BertBackbone or any kbert task model (its
+    `checkpoint_components()`)."""
+    from kbert.network.backbone import BertBackbone  # Keras: a model was passed
     if isinstance(model, BertBackbone):
         return model, {}
-    if isinstance(model, BertPretrainer):
-        heads = {"mlm": model.mlm_head, "nsp": model.nsp_head}
-        return model.backbone, {k: v for k, v in heads.items() if v is not None}
-    if isinstance(model, BertLeftToRightLM):
-        return model.backbone, {"ltr": model.lm_head}
-    kind = {cls: name for name, cls in TASK_MODELS.items()}.get(type(model))
-    if kind is None:
+    components = getattr(model, "checkpoint_components", None)
+    if components is None:
         raise TypeError(f"cannot save a {type(model).__name__}; pass a kbert model")
-    return model.backbone, {kind: model.head}
+    backbone, heads = components()
+    return backbone, heads
 
 
-def save(directory: str | os.PathLike, model: keras.Model | None = None,
+def save(directory: str | os.PathLike, model: Any = None,
          vocab: str | Sequence[str] | None = None, do_lower_case: bool = True,
          head_options: dict | None = None, dtype: str = "float32", *,
          backbone: BertBackbone | None = None, heads: dict | None = None,
@@ -136,7 +102,7 @@ def load(directory: str | os.PathLike, dtype: str | None = None,
     return read(directory, dtype, head_dtype, into=Checkpoint)
 
 
-__all__ = ["HEAD_NAMES", "TASK_MODELS", "WEIGHTS_FILE", "Checkpoint", "CheckpointError",
+__all__ = ["HEAD_NAMES", "WEIGHTS_FILE", "Checkpoint", "CheckpointError",
            "MissingHeadError", "assign", "components_of", "head_options_for", "load",
            "make_head", "named_variables", "read_config", "resolve", "save",
            "search_path"]
