@@ -1,6 +1,6 @@
 """kbert's layers, drawn from its imports: every `import` in `kbert/` — at module level, inside
-functions and under `if TYPE_CHECKING:` alike — between its parts (a top-level module, or a
-package with everything in it).
+functions and under `if TYPE_CHECKING:` alike, and the modules a package loads on first use
+(`kbert._lazy`) — between its parts (a top-level module, or a package with everything in it).
 
     python .ci/layers.py            prints the picture, the circles and the arrows that run up
     python .ci/layers.py --write    redraws the picture in docs/architecture.md
@@ -40,7 +40,13 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The kbert modules `name` imports, anywhere in its file."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lazy = any(isinstance(n, ast.ImportFrom) and n.module == "kbert._lazy" for n in ast.walk(tree))
+    for node in ast.walk(tree):
+        # a package's names loaded on first use (`kbert._lazy`): the modules named are imports
+        if lazy and isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value in known:
+            found.add(node.value)
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kbert import runtime as runtime_lib
-from kbert.checkpoint import files as checkpoint_format
+from kbert.checkpoint import files as checkpoint_files
 from kbert.checkpoint.files import Contents, MissingHeadError
 from kbert.inference import (
     classification,
@@ -270,7 +270,7 @@ def load(path: str, dtype: str | None = None, runtime: str | None = None,
     threads: at most this many threads for the OpenVINO / ONNX Runtime graphs (default: all
         cores).
     """
-    directory = checkpoint_format.resolve(path)
+    directory = checkpoint_files.resolve(path)
     manifest = graphs.read_manifest(directory)
     if runtime is None or (runtime == "auto" and manifest):
         runtime = manifest["format"] if manifest else "keras"
@@ -284,7 +284,7 @@ def load(path: str, dtype: str | None = None, runtime: str | None = None,
         ckpt: Contents = checkpoint_lib.load(directory, head_dtype="float32",
                                              dtype="bfloat16" if dtype == "bfloat16" else None)
     else:
-        ckpt = checkpoint_format.read(directory, weights=False)
+        ckpt = checkpoint_files.read(directory, weights=False)
     folder = manifest["folder"] if manifest and manifest["format"] == runtime else None
     return Bert(ckpt, runtime=runtime, dtype=dtype, graphs_folder=folder, threads=threads)
 

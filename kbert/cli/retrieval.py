@@ -154,8 +154,9 @@ def run_retrieval_training(args: argparse.Namespace) -> None:
 
 def load_model(args: argparse.Namespace, name: str) -> Bert:
     """`kbert.load(name)` with the command's --runtime and --dtype, where given."""
-    import kbert
-    return kbert.load(name, **runtime_options(args))
+    from kbert.pipeline import load
+    options = runtime_options(args)
+    return load(name, dtype=options.get("dtype"), runtime=options.get("runtime"))
 
 
 def runtime_options(args: argparse.Namespace) -> dict[str, str]:

@@ -76,11 +76,11 @@ class BertBiEncoder(FineTunedModel):
         dtype: the encoder's Keras dtype policy (e.g. "mixed_bfloat16"; the sentence vectors
         and scores are float32 either way).
         """
-        from kbert.checkpoint import files as checkpoint_format
+        from kbert.checkpoint import files as checkpoint_files
         from kbert.tasks import preprocessing  # TensorFlow, on use
         if num_labels is not None or labels:
             raise ValueError("a bi-encoder has no labels")
-        ckpt: Contents = checkpoint_format.read(path, dtype)
+        ckpt: Contents = checkpoint_files.read(path, dtype)
         recorded = ckpt.embedding
         length = max_seq_length or min(int(recorded.get("max_seq_length", 256)),
                                        ckpt.config.max_position_embeddings)
