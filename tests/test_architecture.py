@@ -61,3 +61,12 @@ def test_the_drawing_sees_every_kind_of_import(tmp_path, monkeypatch):
     assert by_module["kbert.high"] == {"kbert.low.a"}
     assert by_module["kbert.lazy"] == {"kbert._lazy", "kbert.high"}
     assert layers.circles(by_part) == [["kbert.high", "kbert.low"]]
+
+
+def test_a_name_that_moved_up_says_where_it_is():
+    """The retrievers' training moved above retrieval: the old name is one line saying where."""
+    import kbert.retrieval
+    with pytest.raises(AttributeError, match="kbert.retrieval.train_retriever has moved: use "
+                                             "kbert.training.train_retriever"):
+        kbert.retrieval.train_retriever  # noqa: B018
+    from kbert.training import train_retriever  # noqa: F401  (where it is)

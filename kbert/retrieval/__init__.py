@@ -27,4 +27,8 @@ _LAZY = {
 }
 __all__ = list(_LAZY)
 
-__getattr__, __dir__ = lazy_attributes(globals(), _LAZY)
+# the retrievers' training is `kbert.training`'s (above this package, so not loaded from here)
+_MOVED = {name: f"kbert.training.{name}" for name in (
+    "Pairs", "PairsError", "read_pairs", "mine_negatives", "train_retriever", "train_reranker")}
+
+__getattr__, __dir__ = lazy_attributes(globals(), _LAZY, _MOVED)
