@@ -9,7 +9,7 @@ call into kbert), in the module named after what it calls:
     data.py         build-vocab, create-pretraining-data, data-service
                                                      (kbert.tokenizer, kbert.data)
     pretrain.py     pretrain                         (kbert.training)
-    finetune.py     finetune, evaluate               (kbert.finetune)
+    finetune.py     finetune, evaluate               (kbert.training.finetuning)
     retrieval.py    index, evaluate retrieve|rerank  (kbert.retrieval)
     export.py       export                           (kbert.serving, kbert.runtime.graphs)
     app.py          app                              (the playground, app/)

@@ -1,5 +1,5 @@
-"""`kbert finetune` and `kbert evaluate`: `kbert.finetune` (and `kbert.retrieval.metrics` for
-`evaluate retrieve|rerank`)."""
+"""`kbert finetune` and `kbert evaluate`: `kbert.training.finetuning` (and
+`kbert.retrieval.metrics` for `evaluate retrieve|rerank`)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from kbert.hardware import mixed_precision_policy
 # errors answer without TensorFlow or Keras (seconds and ~1 GB). Each `run_*` imports what it
 # calls. The task names are therefore spelled out here; a test checks them against the registry
 # (`kbert.tasks.registry.TASKS`).
+JIT_COMPILE: dict[str, str | bool] = {"auto": "auto", "on": True, "off": False}  # --jit-compile
 TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad",
               "squad2", "conll2003", "swag", "classify", "regress", "tag", "qa")
 
@@ -106,13 +107,13 @@ def run_finetune(args: argparse.Namespace) -> None:
         raise CliError(f"{args.task} needs --dev (the file scored after each epoch)")
     args.epochs = 3 if args.epochs is None else args.epochs
     args.learning_rate = args.learning_rate or 3e-5
-    from kbert import finetune
+    from kbert.training import finetuning as finetune
     result = finetune.finetune(
         args.task, args.init, args.train, args.dev, args.output, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, warmup=args.warmup,
         max_seq_length=args.max_seq_length, seed=args.seed, weight_decay=args.weight_decay,
         tune_null_threshold=args.tune_null_threshold,
-        jit_compile={"auto": "auto", "on": True, "off": False}[args.jit_compile],
+        jit_compile=JIT_COMPILE[args.jit_compile],
         save_dtype=args.save_dtype, max_train_examples=args.max_train_examples,
         bucketing=args.bucketing, task_options=task_options(args),
         mixed_precision=args.mixed_precision, overwrite=args.overwrite, log_dir=args.log_dir)
@@ -156,7 +157,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
         return retrieval.run_retrieval_evaluate(args)
     import json
 
-    from kbert import finetune
+    from kbert.training import finetuning as finetune
     scores = finetune.evaluate(args.task, args.model, args.data, batch_size=args.batch_size,
                                max_seq_length=args.max_seq_length,
                                task_options=task_options(args), dtype=args.dtype,

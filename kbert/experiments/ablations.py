@@ -12,7 +12,7 @@ apart), with the same number of updates, batch and schedule:
 
 Each logs its training curve and its held-out MLM / NSP (or next-token) accuracy, then is
 fine-tuned on SST-2, MRPC and SQuAD v1.1 (the 18/6-article split of dev-v1.1-part-a.json)
-with several seeds, with `kbert.finetune`. Each step is a unit (`units/NAME.json`) written
+with several seeds, with `kbert.training.finetune`. Each step is a unit (`units/NAME.json`) written
 atomically and skipped once done, so a killed run continues where it stopped. The results
 folder gets `ablations.md` (mean ± std per cell, beside the papers' numbers), `ablations.json`
 and `curves.png`. Where TensorFlow is not, `export` (run where it is) writes a folder from

@@ -1,8 +1,8 @@
 """Where the ablations' data and training come from, in two interchangeable sources:
 
     Shards   where TensorFlow is: segment pairs as TFRecord shards (`create-pretraining-data`),
-             `kbert.training.pretrain` (FULL-SENTENCES straight from the text), `kbert.finetune`
-             on the task files
+             `kbert.training.pretrain` (FULL-SENTENCES straight from the text),
+             `kbert.training.finetune` on the task files
     Arrays   where it is not (a GPU machine with JAX or PyTorch): the folder `export_data`
              wrote, `kbert.training.pretraining_arrays.pretrain_arrays`, `finetune(encoded=...)`
 
@@ -90,8 +90,8 @@ def pretraining_unit(name: str, variant: Variant, plan: Plan, result: PretrainRe
 
 class Shards:
     """Where TensorFlow is: the segment pairs as TFRecord shards (`create-pretraining-data`),
-    `kbert.training.pretrain` (FULL-SENTENCES straight from the text), `kbert.finetune` on the
-    task files ({task: (train, dev)} under `shared`)."""
+    `kbert.training.pretrain` (FULL-SENTENCES straight from the text), `kbert.training.finetune` on
+    the task files ({task: (train, dev)} under `shared`)."""
 
     def __init__(self, units: Units, work: str, shared: str, vocab: str | list[str], plan: Plan,
                  files: TaskFiles) -> None:
@@ -130,8 +130,8 @@ class Shards:
         held_out = training.evaluate_pretraining(result.model, data["heldout"])
         return pretraining_unit(name, variant, plan, result, held_out, every, "shards")
 
-    def finetune(self, task: str, ckpt: str, seed: int, output: str | None) -> FinetuneResult:
-        from kbert import finetune
+    def finetune(self, task: str, ckpt: str, seed: int, output: str) -> FinetuneResult:
+        from kbert.training import finetuning as finetune
         if self._files is None:
             self._files = task_files(self.units, self.work, self.shared, self.plan, self.files)
         plan = self.plan
@@ -193,11 +193,11 @@ class Arrays:
         held_out = evaluate_pretraining(result.model, self._heldout)
         return pretraining_unit(name, variant, plan, result, held_out, every, "arrays")
 
-    def finetune(self, task: str, ckpt: str, seed: int, output: str | None) -> FinetuneResult:
+    def finetune(self, task: str, ckpt: str, seed: int, output: str) -> FinetuneResult:
         import gzip
         import pickle
 
-        from kbert import finetune
+        from kbert.training import finetuning as finetune
         if task not in self._encoded:           # read once for all variants and seeds
             with gzip.open(os.path.join(self.folder, "tasks", f"{task}.pkl.gz"), "rb") as f:
                 self._encoded[task] = pickle.load(f)

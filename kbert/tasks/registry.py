@@ -1,5 +1,5 @@
 """What fine-tuning needs to know about each task: its head, its file reader, its features,
-its loss and its official scores. `kbert.finetune` runs the same loop for all of them.
+its loss and its official scores. `kbert.training.finetune` runs the same loop for all of them.
 
     GLUE (9 tasks)   classifier on [CLS] (STS-B: a regressor)   accuracy / F1 / MCC / Pearson
     squad, squad2    span head (start and end logits)           exact match and F1
@@ -39,7 +39,7 @@ Outputs = Any
 Targets = tuple[dict[str, np.ndarray], Union[str, tuple[str, ...]], Union[str, None]]
 Scores = tuple[dict[str, float], Options]
 # A task's examples as its `read` gives them (a list of examples, or a SquadData): `Any` here,
-# as `kbert.finetune` hands each task back what that task read.
+# as `kbert.training.finetune` hands each task back what that task read.
 Data = Any
 
 OWN_DATA_TASKS = ("classify", "regress", "tag", "qa")
@@ -311,7 +311,7 @@ class QaTask(SquadTask):
         return super().score(prepared, outputs, options, tune)
 
 
-# What `kbert.finetune` runs: one of the task classes above (they share no base class).
+# What `kbert.training.finetune` runs: one of the task classes above (they share no base class).
 Task = Union[GlueTask, SquadTask, ConllTask, SwagTask]
 
 

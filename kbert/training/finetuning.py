@@ -282,7 +282,7 @@ def _model_card(task: str, init: str | os.PathLike, train: str | os.PathLike,
     return "\n".join(lines) + "\n"
 
 
-def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike,
+def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike | None,
              dev: str | os.PathLike | None, output: str | os.PathLike, epochs: int = 3,
              learning_rate: float = 3e-5, batch_size: int = 32, warmup: float = 0.1,
              max_seq_length: int | None = None, seed: int = 0, weight_decay: float = 0.01,
