@@ -289,8 +289,8 @@ def search_path() -> list[str]:
     (os.pathsep-separated), then the `saved_models/` of the source tree kbert is imported from
     (a checkout or an editable install), where the shipped checkpoints are."""
     dirs = [d for d in os.environ.get("KBERT_MODELS", "").split(os.pathsep) if d]
-    shipped = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "saved_models")
+    source_tree = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    shipped = os.path.join(source_tree, "saved_models")
     return [d for d in dirs + [shipped] if os.path.isdir(d)]
 
 
