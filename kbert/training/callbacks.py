@@ -341,7 +341,7 @@ class KeepBest(keras.callbacks.Callback):
                  verbose: bool = True, epochs: int | None = None) -> None:
         super().__init__()
         self.score, self.save, self.metric, self.verbose = score, save, metric, verbose
-        self.epochs = epochs
+        self.epochs = epochs        # said in each epoch's line ("epoch 2/3") where given
         self.best: float | None = None
         self.best_epoch = 0
         self.best_scores: dict[str, float] = {}
@@ -357,8 +357,7 @@ class KeepBest(keras.callbacks.Callback):
         spent = time.perf_counter() - self._start
         self.train_seconds += spent
         scores = self.score(self.model) if self.score is not None else {}
-        entry = {"epoch": epoch + 1,
-                 "loss": round(float((logs or {}).get("loss", float("nan"))), 4),
+        entry = {"epoch": epoch + 1, "loss": float((logs or {}).get("loss", float("nan"))),
                  "seconds": round(spent, 1), **scores}
         self.history.append(entry)
         improved = not scores or self.best is None or scores[self.metric] > self.best

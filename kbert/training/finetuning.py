@@ -384,7 +384,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike | None
                                 dtype=save_dtype,
                                 model_card=card)
 
-        keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose), epochs=epochs)
+        keeper = KeepBest(score, save, spec.metric, verbose=bool(verbose))
         recorder = curves.Recorder("epoch")      # after the dev scores, before TensorBoard
         callbacks = [keeper, recorder] + (
             [keras.callbacks.TensorBoard(os.fspath(log_dir))] if log_dir else []) + (

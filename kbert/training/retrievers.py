@@ -284,7 +284,7 @@ def _card(kind: str, init: str, train: str | None, dev: str | None, settings: di
              f" from `{init}`.", "", f"- train file: `{train}`",
              f"- dev file: `{dev}`" if dev else "- no dev file: the last epoch is kept",
              "- " + ", ".join(f"{k} {v}" for k, v in settings.items()), "", "Per epoch:", ""]
-    lines += ["- " + json.dumps(h) for h in history]
+    lines += ["- " + json.dumps({**h, "loss": round(h["loss"], 4)}) for h in history]
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,6 @@ import time
 import pytest
 import tensorflow as tf
 
-import kbert.tokenizer as tokenizer_module
 from helpers import tiny_vocab
 from kbert.data.sentences import read_documents
 from kbert.data.vocab import build_vocab
@@ -17,6 +16,7 @@ from kbert.tokenizer import (
     read_vocab,
     write_vocab,
 )
+from kbert.tokenizer import wordpiece as tokenizer_module
 from kbert.tokenizer.basic import basic_tokenize
 
 HARD_CASES = [
