@@ -46,10 +46,10 @@ def ask(question: str | Sequence[str], index: Index, reader: Encoder | None,
     Returns {"text", "score", "start", "end" (character offsets into the passage),
     "passage": the search hit the answer is in ({"index", "text", "score", ...}), "rank"
     (the passage's position among the hits, from 0), "reader_score"}; a list of them for a
-    list of questions. With `hits`, each also has
-    "hits" (best first: the search hit, with "fused_score" and "rerank_score" where reranked,
-    and "answer": its passage's best span where read, else None) and "seconds" ({"search",
-    "rerank", "read"}: the question's share of each stage).
+    list of questions. With `hits`, each also has "hits" (best first: the search hit, with
+    "fused_score" and "rerank_score" where reranked, and "answer": its passage's best span
+    where read, else None) and "seconds" ({"search", "rerank", "read"}: the question's share
+    of each stage).
     """
     single = isinstance(question, str)
     questions: list[str] = [question] if isinstance(question, str) else list(question)
