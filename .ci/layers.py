@@ -160,35 +160,42 @@ def picture(edges: dict[str, set[str]]) -> str:
     return "\n".join(lines)
 
 
+def _block() -> tuple[str, int, int]:
+    """docs/architecture.md's text and where its picture starts and ends."""
+    text = DOC.read_text(encoding="utf-8")
+    return text, text.index(BEGIN) + len(BEGIN), text.index(END)
+
+
+def problems() -> list[str]:
+    """Each circle (between parts, and between modules: one inside a package shows only
+    there), and a picture in the docs that is not the code's; [] when all is well."""
+    by_module, by_part = graph()
+    found = [f"circle between parts: {' ↔ '.join(c)}" for c in circles(by_part)]
+    found += [f"circle between modules: {' ↔ '.join(c)}" for c in circles(by_module)]
+    text, start, end = _block()
+    if text[start:end] != f"\n```\n{picture(by_part)}\n```\n":
+        found.append("docs/architecture.md's picture is not the code's: run "
+                     "python .ci/layers.py --write")
+    return found
+
+
 def main() -> int:
     args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     args.add_argument("--write", action="store_true", help="redraw docs/architecture.md")
     args.add_argument("--check", action="store_true",
                       help="fail on a circle or a stale picture")
     opts = args.parse_args()
-    by_module, by_part = graph()
-    drawn = picture(by_part)
-    problems = [f"circle between parts: {' ↔ '.join(c)}" for c in circles(by_part)]
-    packages = defaultdict(dict)
-    for m, targets in by_module.items():
-        if m.count(".") >= 2 or (m.count(".") == 1 and (PACKAGE / m.split(".")[1]).is_dir()):
-            pkg = part(m)
-            packages[pkg][m] = {t for t in targets if part(t) == pkg}
-    for pkg, edges in sorted(packages.items()):
-        problems += [f"circle in {pkg}: {' ↔ '.join(c)}" for c in circles(edges)]
-    text = DOC.read_text(encoding="utf-8")
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    block = f"\n```\n{drawn}\n```\n"
+    _, by_part = graph()
     if opts.write:
-        DOC.write_text(text[:start] + block + text[end:], encoding="utf-8")
-    elif opts.check and text[start:end] != block:
-        problems.append("docs/architecture.md's picture is not the code's: run "
-                        "python .ci/layers.py --write")
-    if not opts.check and not opts.write:
-        print(drawn)
-    for p in problems:
+        text, start, end = _block()
+        DOC.write_text(f"{text[:start]}\n```\n{picture(by_part)}\n```\n{text[end:]}",
+                       encoding="utf-8")
+    elif not opts.check:
+        print(picture(by_part))
+    found = problems()
+    for p in found:
         print(p, file=sys.stderr)
-    return 1 if problems and opts.check else 0
+    return 1 if found and opts.check else 0
 
 
 if __name__ == "__main__":

@@ -1,14 +1,13 @@
 """The names scripts imported from `kbert.finetune` before fine-tuning joined the other kinds of
 training: the loop is `kbert.training.finetuning`, the tasks are `kbert.tasks`."""
 
+from kbert import tasks, training
 from kbert._lazy import lazy_attributes
 
-_LAZY = {
-    **dict.fromkeys(["PAD_TO_MULTIPLE", "Encoded", "FinetuneResult", "encode", "evaluate",
-                     "finetune", "predict"], "kbert.training.finetuning"),
-    "KeepBest": "kbert.training.callbacks",
-    **dict.fromkeys(["TASKS", "get_task"], "kbert.tasks.registry"),
-}
+# fine-tuning's names as kbert.training loads them, and the task registry's
+_LAZY = {**{name: module for name, module in training._LAZY.items()
+            if module == "kbert.training.finetuning" or name == "KeepBest"},
+         **tasks._LAZY}
 __all__ = sorted(_LAZY)
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

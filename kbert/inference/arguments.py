@@ -3,17 +3,13 @@ method and the argument; a missing head is a `MissingHeadError` naming the head.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Union
-
 import numpy as np
 
 from kbert.checkpoint.files import Contents, MissingHeadError
+from kbert.inference.protocol import Texts  # noqa: F401  (the methods' hint, re-exported)
 
 # one check of the texts for every entry point (`Index` too): the tokenizer's
 from kbert.tokenizer import check_texts as texts
-
-Texts = Union[str, Sequence[str]]
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:

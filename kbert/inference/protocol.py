@@ -59,16 +59,17 @@ class Loader(Protocol):
                  runtime: str | None = None) -> Encoder: ...
 
 
-_default: list[Loader] = []
+_default_loader: Loader | None = None
 
 
 def set_default_loader(loader: Loader) -> None:
     """Makes `loader` the one `default_loader` gives (the root package sets `kbert.load`)."""
-    _default[:] = [loader]
+    global _default_loader
+    _default_loader = loader
 
 
 def default_loader() -> Loader:
     """The loader set by `set_default_loader`."""
-    if not _default:
+    if _default_loader is None:
         raise RuntimeError("no model loader is set: pass loader= (e.g. kbert.load)")
-    return _default[0]
+    return _default_loader

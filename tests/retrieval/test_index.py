@@ -90,8 +90,8 @@ def test_the_runtime_that_built_an_index_loads_its_encoder(encoder, tmp_path, mo
     index.save(tmp_path / "idx")
     assert json.loads((tmp_path / "idx" / "index.json").read_text())["runtime"] == "onnx"
     loaded, asked = Index.load(tmp_path / "idx"), []
-    monkeypatch.setattr(protocol, "_default", [
-        lambda where, dtype=None, runtime=None: asked.append(runtime) or encoder])
+    monkeypatch.setattr(protocol, "_default_loader",
+                        lambda where, dtype=None, runtime=None: asked.append(runtime) or encoder)
     real = importlib.util.find_spec
     for installed in (True, False):
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: real(name, *a)
