@@ -208,9 +208,6 @@ def index_for(registry, name, model, texts):
     return _indexes.get(key, lambda: _build_index(model, texts, max_tokens))
 
 
-# --- retrieve, then read: kbert.retrieval.ask ------------------------------------------------
-
-
 def hybrid_available():
     return importlib.util.find_spec("bm25s") is not None
 
@@ -359,5 +356,5 @@ def run(registry: Registry, planned: dict) -> dict:
                       "hybrid": hybrid},
             "reranker": reranker, "search_seconds": seconds["search"],
             "rerank_seconds": seconds["rerank"],
-            "read_seconds": seconds["read"] if reader_model is not None else 0.0,
+            "read_seconds": seconds["read"],
             "notes": notes}

@@ -61,8 +61,7 @@ def components_of(model: Any) -> tuple[BertBackbone, dict]:
     components = getattr(model, "checkpoint_components", None)
     if components is None:
         raise TypeError(f"cannot save a {type(model).__name__}; pass a kbert model")
-    backbone, heads = components()
-    return backbone, heads
+    return components()
 
 
 def save(directory: str | os.PathLike, model: Any = None,

@@ -77,10 +77,11 @@ def ask(question: str | Sequence[str], index: Index, reader: Encoder | None,
             found = [dict(found[r["index"]], fused_score=r["score"],
                           rerank_score=r["rerank_score"]) for r in order]
             seconds["rerank"] = time.perf_counter() - started
-        started = time.perf_counter()
-        got = read(q, found, reader, passages, temperature, batch_size) \
-            if reader is not None else {"best": None, "spans": []}
-        seconds["read"] = time.perf_counter() - started
+        got: dict = {"best": None, "spans": []}
+        if reader is not None:
+            started = time.perf_counter()
+            got = read(q, found, reader, passages, temperature, batch_size)
+            seconds["read"] = time.perf_counter() - started
         best = got["best"] or dict.fromkeys(ANSWER)
         answer = {k: best[k] for k in ANSWER}
         if hits is not None:
