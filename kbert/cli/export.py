@@ -22,8 +22,10 @@ def add_export(sub: argparse._SubParsersAction) -> None:
                            "kbert export minilm-l6-v2 --output /tmp/minilm-onnx --format onnx"))
     p.add_argument("checkpoint", metavar="CKPT", help="the checkpoint directory")
     p.add_argument("--output", required=True,
-                   help="SavedModel: model base directory, writes OUTPUT/VERSION/; onnx and "
-                        "openvino: the export directory (kbert.load(OUTPUT) runs it)")
+                   help="SavedModel: the model base directory (TF Serving's base path: new, "
+                        "empty or holding only kbert's versions), writes OUTPUT/VERSION/; onnx "
+                        "and openvino: the export directory, new or empty (kbert.load(OUTPUT) "
+                        "runs it)")
     add_overwrite(p, "an export (SavedModel: the same version)")
     p.add_argument("--format", default="saved_model", choices=EXPORT_FORMATS,
                    help="saved_model (TF Serving, default), onnx or openvino")

@@ -1,9 +1,10 @@
 """Where kbert writes: the one package every writer goes through.
 
-    kinds.py    what a directory holds (the record, older outputs' manifests); `check`
+    kinds.py    what a directory holds (the record, older outputs' manifests); `check`,
+                `check_version` (a SavedModel version in a model base directory)
     lock.py     the writers' lock (`flock` on a sibling that exists only while held)
     output.py   `Output`: staging, modes, the record, the swap, recovery; `writing`, `claims`,
-                `amend` (files added to a finished output)
+                `claim_version`, `amend` (files added to a finished output)
 
 An output is a directory (a checkpoint, an export, a SavedModel version, an index, pretraining
 data, experiment results) or one file (a vocabulary). Writing one follows the same four rules:
@@ -13,7 +14,9 @@ data, experiment results) or one file (a vocabulary). Writing one follows the sa
   the writer's own kind and `overwrite` is asked for; a directory holding anything else is
   refused in one line (`OutputError`), and so are `/`, the home directory and the current
   directory (or one above it). Outputs written before the record existed are recognised by
-  their own manifests (`kind_of`).
+  their own manifests (`kind_of`). A SavedModel version goes into a model base directory
+  (TF Serving's `base/<version>/`) that is new, empty or holds only kbert's versions: a new
+  version is added beside them, an existing one replaced with `overwrite`.
 - **Nothing kbert did not write is deleted.** Replacing an output keeps the user's files in it
   (hard links into the new version); a folder of the user's inside it is refused.
 - **Swapped in whole.** Files are written into a hidden sibling (`.NAME.kbert-new-*`), then
@@ -42,6 +45,7 @@ from kbert.outputs.kinds import (
     OutputError,
     check,
     check_file,
+    check_version,
     foreign_entries,
     kind_of,
     own_files,
@@ -52,6 +56,7 @@ from kbert.outputs.output import (
     Output,
     amend,
     apply_modes,
+    claim_version,
     claims,
     die_with_parent,
     recover,
@@ -63,6 +68,6 @@ from kbert.outputs.output import (
 )
 
 __all__ = ["KINDS", "MARKER", "Output", "OutputError", "amend", "apply_modes", "check",
-           "check_file", "claims",
+           "check_file", "check_version", "claim_version", "claims",
            "die_with_parent", "foreign_entries", "kind_of", "locked", "own_files", "read_marker",
            "recover", "recover_missing", "umask", "write_json", "write_text", "writing"]

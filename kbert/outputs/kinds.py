@@ -15,6 +15,7 @@ KINDS = {
     "checkpoint": "a kbert checkpoint",
     "export": "a kbert export (ONNX/OpenVINO graphs)",
     "saved_model": "a kbert SavedModel",
+    "saved_model_base": "kbert SavedModel versions (a TF Serving model base directory)",
     "index": "a kbert index",
     "pretraining_data": "kbert pretraining data",
     "experiments": "kbert experiment results",
@@ -26,6 +27,10 @@ KINDS = {
 # directory, so `kbert finetune --output EXPORT --overwrite` may replace it (not the reverse).
 _REPLACES = {"checkpoint": {"checkpoint", "export"}, "export": {"export", "checkpoint"}}
 _SHARD = re.compile(r"shard-\d{5}\.tfrecord")
+# A model base directory (TF Serving's `base/<version>/`) holds version folders and what a
+# version's write leaves beside it while it runs, or after a kill (`lock.sibling`, `Output`).
+_VERSION = re.compile(r"\d+")
+_BESIDE_VERSION = re.compile(r"\.(\d+)\.kbert-(?:lock|old|new-.+)")
 
 
 class OutputError(ValueError):
@@ -70,14 +75,45 @@ def _recognise(path: str) -> str | None:
                     return "index"
         except (OSError, ValueError, AttributeError):
             return None
-    if "saved_model.pb" in names and os.path.isfile(
-            os.path.join(path, "assets.extra", "export_options.json")):
+    if _old_saved_model(path, names):
         return "saved_model"
     if any(_SHARD.fullmatch(n) for n in names):
         return "pretraining_data"
     if "units" in names and os.path.isdir(os.path.join(path, "units")):
         return "experiments"
+    if names and all(_of_versions(path, n) for n in names):
+        return "saved_model_base"
     return None
+
+
+def _old_saved_model(path: str, names: set[str]) -> bool:
+    """Whether `path` is a SavedModel kbert wrote before records existed."""
+    return "saved_model.pb" in names and os.path.isfile(
+        os.path.join(path, "assets.extra", "export_options.json"))
+
+
+def _of_versions(base: str, name: str) -> bool:
+    """Whether the entry `name` of `base` is kbert's in a model base directory: a version
+    folder holding a kbert SavedModel (recorded, or of the older layout), or what a version's
+    write leaves beside it."""
+    if _BESIDE_VERSION.fullmatch(name):
+        return True
+    path = os.path.join(base, name)
+    if not _VERSION.fullmatch(name) or os.path.islink(path) or not os.path.isdir(path):
+        return False
+    marker = read_marker(path)
+    if marker is not None:
+        return bool(marker["kind"] == "saved_model")
+    try:
+        return _old_saved_model(path, set(os.listdir(path)))
+    except OSError:
+        return False
+
+
+def beside_versions(base: str) -> list[str]:
+    """The versions whose writes left files in the model base directory `base`, sorted."""
+    found = {m[1] for m in map(_BESIDE_VERSION.fullmatch, os.listdir(base)) if m}
+    return sorted(found, key=int)
 
 
 def _kbert_weights(path: str) -> bool:
@@ -108,7 +144,7 @@ def own_files(path: str) -> set[str]:
         return names & {"index.json", "embeddings.npy", "passages.jsonl", "faiss.index"}
     if kind == "pretraining_data":
         return {n for n in names if _SHARD.fullmatch(n)}
-    if kind in ("saved_model", "experiments"):
+    if kind in ("saved_model", "experiments", "saved_model_base"):
         return names
     return set()
 
@@ -168,10 +204,12 @@ def check(path: str | os.PathLike, kind: str, overwrite: bool = False,
         return
     found = kind_of(path)
     if found is None or found not in _REPLACES.get(kind, {kind}):
-        what = KINDS[found] if found else "files kbert did not write"
-        shown = "" if found else f" ({_describe(sorted(os.listdir(path)))})"
-        raise OutputError(f"--output {path} holds {what}{shown}; choose a new or empty "
-                          f"directory")
+        if found:
+            what = KINDS[found]
+        else:                                   # kbert's SavedModel versions beside them unnamed
+            strangers = sorted(n for n in os.listdir(path) if not _of_versions(path, n))
+            what = f"files kbert did not write ({_describe(strangers)})"
+        raise OutputError(f"--output {path} holds {what}; choose a new or empty directory")
     if not (overwrite or resume):
         raise OutputError(f"--output {path} holds {KINDS[found]} already; pass --overwrite "
                           f"(overwrite=True) to replace it, or choose another directory")
@@ -180,6 +218,32 @@ def check(path: str | os.PathLike, kind: str, overwrite: bool = False,
     if folders and not resume:
         raise OutputError(f"--output {path} holds folders kbert did not write "
                           f"({_describe(folders)}); move them out before replacing the output")
+
+
+def check_version(base: str | os.PathLike, version: int, overwrite: bool = False) -> None:
+    """Raises `OutputError` (one line) unless version `version` of a SavedModel may be written
+    into the model base directory `base` (TF Serving's layout, `base/<version>/`): `base` is
+    missing, empty or holds only kbert's SavedModel versions (`check`); the version is new, or
+    replaced with `overwrite`.
+
+    >>> check_version("/", 1)
+    Traceback (most recent call last):
+    ...
+    kbert.outputs.OutputError: --output /: refusing to write over the root directory
+    """
+    base = os.fspath(base)
+    try:
+        check(base, "saved_model_base", resume=True)
+    except OutputError:
+        if kind_of(base) == "saved_model":               # a version named for its base
+            raise OutputError(f"--output {base} is a SavedModel version; give the model base "
+                              f"directory above it (BASE of BASE/<version>/)") from None
+        raise
+    path = os.path.join(base, str(version))
+    if os.path.isdir(path) and not overwrite:
+        raise OutputError(f"--output {base} holds version {version} already; pass --overwrite "
+                          f"(overwrite=True) to replace it, or choose another version")
+    check(path, "saved_model", overwrite)
 
 
 def check_file(path: str | os.PathLike, overwrite: bool = False) -> None:

@@ -19,7 +19,9 @@ from kbert.outputs.kinds import (
     KINDS,
     MARKER,
     OutputError,
+    beside_versions,
     check,
+    check_version,
     foreign_entries,
     kind_of,
     own_files,
@@ -271,6 +273,26 @@ def writing(path: str | os.PathLike, kind: str, overwrite: bool = True,
         tmp = out.staging()
         yield tmp
         out.commit(tmp)
+
+
+@contextlib.contextmanager
+def claim_version(base: str | os.PathLike, version: int,
+                  overwrite: bool = False) -> Iterator[Output]:
+    """Claims version `version` of a SavedModel in the model base directory `base` (TF
+    Serving's layout, `base/<version>/`; the other versions are left as they are): checked
+    (`check_version`), the base locked while the block runs (a second writer into it is
+    refused), what killed writes of any version left put right. Yields the version's `Output`
+    (`staging()`, then `commit()`)."""
+    base = os.fspath(base)
+    check_version(base, version, overwrite)                # fast, before any lock
+    with locked(os.path.abspath(base)):
+        check_version(base, version, overwrite)            # as it is now
+        for left in beside_versions(base) if os.path.isdir(base) else []:
+            with locked(os.path.join(base, left)):
+                recover(os.path.join(base, left))
+        with Output(os.path.join(base, str(version)), "saved_model",
+                    overwrite=overwrite) as out:
+            yield out
 
 
 def amend(path: str | os.PathLike, kind: str, write: Callable[[str], None]) -> str:

@@ -47,7 +47,7 @@ from typing import Any
 import keras
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import outputs, progress
+from kbert import hub, outputs, progress
 from kbert.serving.options import ExportOptions
 
 MAIN_ORDER = ("answer", "classify", "tag", "fill_mask", "next_sentence", "embed")
@@ -85,12 +85,12 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
         raise ExportError("a SavedModel is exported in float32 or bfloat16; for int8 export "
                           "--format openvino")
     _, dtype = resolve("keras", dtype)
-    checkpoint_dir = checkpoint_lib.resolve(checkpoint_dir)   # a directory or a shipped name
+    checkpoint_dir = hub.resolve(checkpoint_dir)   # a directory, a shipped name, a hub address
     output = os.fspath(output)
     options = options or ExportOptions()
     if int(version) < 1:
         raise ExportError(f"version must be a positive integer, got {version}")
-    _check_output(output, int(version), overwrite)
+    outputs.check_version(output, int(version), overwrite)     # before any work
     if keras.backend.backend() != "tensorflow":
         with progress.bar(total=1, desc="export: in a TensorFlow process", unit="step") as shown:
             path = _export_in_subprocess(checkpoint_dir, output, version, signatures, options,
@@ -112,18 +112,6 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
     return _write(ckpt, names, output, int(version), options, overwrite)
 
 
-def _check_output(output: str, version: int, overwrite: bool) -> None:
-    """The model folder (TF Serving's base path) holds versions, not another kbert output;
-    the version is new, or a SavedModel of kbert's replaced with `overwrite`."""
-    found = outputs.kind_of(output)
-    if os.path.lexists(output) and not os.path.isdir(output):
-        raise outputs.OutputError(f"--output {output} exists and is not a directory")
-    if found is not None:
-        raise outputs.OutputError(f"--output {output} holds {outputs.KINDS[found]}; a SavedModel "
-                                  f"goes into a model folder of its own (DIR/<version>/)")
-    outputs.check(os.path.join(output, str(version)), "saved_model", overwrite)
-
-
 def _write(ckpt: checkpoint_lib.Checkpoint, names: Sequence[str], output: str, version: int,
            options: ExportOptions, overwrite: bool) -> str:
     # Imported here, not above: a JAX or PyTorch process calls `export` without TensorFlow.
@@ -132,32 +120,32 @@ def _write(ckpt: checkpoint_lib.Checkpoint, names: Sequence[str], output: str, v
     from kbert.serving.signatures import Signatures
 
     assert ckpt.path is not None        # loaded from a directory (`checkpoint_lib.load`)
-    sig = Signatures(ckpt, options)
-    root = tf.Module()
-    root.weights = sig.variables
-    root.wordpiece = sig.tokenizer.graph.wordpiece            # its vocabulary table
-    root.vocab = tf.saved_model.Asset(os.path.join(ckpt.path, "vocab.txt"))
-    traced = list(dict.fromkeys(n for name in names for n in (
-        [name] if name == "classify_pair" else [name, f"{name}_ids"])))
-    functions = {}
-    with progress.bar(total=len(traced) + 1, desc=f"export: tracing {traced[0]}",
-                      unit="step") as shown:
-        for name in traced:
-            shown.set_description_str(f"export: tracing {name}", refresh=False)
-            functions[name] = sig.concrete(name)
-            shown.update(1)
-        functions["serving_default"] = functions[next(n for n in MAIN_ORDER if n in functions)]
+    with outputs.claim_version(output, version, overwrite=overwrite) as out:   # base locked
+        sig = Signatures(ckpt, options)
+        root = tf.Module()
+        root.weights = sig.variables
+        root.wordpiece = sig.tokenizer.graph.wordpiece            # its vocabulary table
+        root.vocab = tf.saved_model.Asset(os.path.join(ckpt.path, "vocab.txt"))
+        traced = list(dict.fromkeys(n for name in names for n in (
+            [name] if name == "classify_pair" else [name, f"{name}_ids"])))
+        functions = {}
+        with progress.bar(total=len(traced) + 1, desc=f"export: tracing {traced[0]}",
+                          unit="step") as shown:
+            for name in traced:
+                shown.set_description_str(f"export: tracing {name}", refresh=False)
+                functions[name] = sig.concrete(name)
+                shown.update(1)
+            functions["serving_default"] = functions[
+                next(n for n in MAIN_ORDER if n in functions)]
 
-        shown.set_description_str("export: saving", refresh=False)
-        target = os.path.join(os.path.abspath(output), str(version))
-        with outputs.Output(target, "saved_model", overwrite=overwrite) as out:
+            shown.set_description_str("export: saving", refresh=False)
             tmp = out.staging()         # `.<version>.kbert-new-*`: not numeric, Serving skips it
             tf.saved_model.save(root, tmp, signatures=functions)
             os.makedirs(os.path.join(tmp, "assets.extra"))
             with open(os.path.join(tmp, "assets.extra", "export_options.json"), "w") as f:
                 json.dump(dataclasses.asdict(options), f, indent=2)
             path = out.commit(tmp)
-        shown.update(1)
+            shown.update(1)
     return path
 
 

@@ -36,6 +36,8 @@ def test_protected_places_are_never_outputs(where, why, tmp_path, monkeypatch):
     path = os.path.expanduser(where)
     with pytest.raises(OutputError, match=f"refusing to write over {why}"):
         outputs.check(path, "checkpoint", overwrite=True)
+    with pytest.raises(OutputError, match=f"refusing to write over {why}"):
+        outputs.check_version(path, 1, overwrite=True)             # a SavedModel's base
 
 
 def test_a_directory_of_the_users_is_refused_whatever_the_flags(tmp_path):
@@ -112,6 +114,95 @@ def test_files_need_overwrite(tmp_path):
     outputs.check_file(path, overwrite=True)
     with pytest.raises(OutputError, match="is a directory"):
         outputs.check_file(tmp_path, overwrite=True)
+
+
+# --- SavedModel versions in a model base directory (TF Serving's base/<version>/) -----------------
+def _version(base, version, overwrite=False, files=("saved_model.pb",)):
+    with outputs.claim_version(base, version, overwrite=overwrite) as out:
+        tmp = out.staging()
+        for name in files:
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(name)
+        return out.commit(tmp)
+
+
+def test_a_version_goes_beside_kbert_s_own_and_replaces_one_only_with_overwrite(tmp_path):
+    base = tmp_path / "sm"
+    assert _version(base, 1) == str(base / "1")
+    _version(base, 2)
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    assert outputs.kind_of(base) == "saved_model_base" and outputs.kind_of(base / "2") == \
+        "saved_model"
+    with pytest.raises(OutputError, match=rf"^--output {base} holds version 2 already; pass "
+                                          rf"--overwrite \(overwrite=True\) to replace it"):
+        _version(base, 2)
+    _version(base, 2, overwrite=True, files=("saved_model.pb", "new.txt"))
+    assert sorted(os.listdir(base / "2")) == [outputs.MARKER, "new.txt", "saved_model.pb"]
+    assert sorted(os.listdir(tmp_path)) == ["sm"]                 # no lock, no staging left
+
+
+def test_a_base_holding_anything_but_kbert_s_versions_is_refused(tmp_path):
+    base = tmp_path / "sm"
+    _version(base, 1)
+    (base / "notes.txt").write_text("precious")
+    for overwrite in (False, True):
+        with pytest.raises(OutputError, match=rf"^--output {base} holds files kbert did not "
+                                              rf"write \(notes.txt\); choose a new or empty "
+                                              rf"directory$"):
+            _version(base, 2, overwrite)
+    assert sorted(os.listdir(base)) == ["1", "notes.txt"]
+    assert (base / "notes.txt").read_text() == "precious"
+    (base / "notes.txt").unlink()
+    (base / "7").mkdir()                              # a folder of the user's, a version's name
+    with pytest.raises(OutputError, match=r"holds files kbert did not write \(7\)"):
+        _version(base, 7, overwrite=True)
+    assert sorted(os.listdir(base)) == ["1", "7"] and not os.listdir(base / "7")
+    ck = _write(tmp_path / "ck")
+    with pytest.raises(OutputError, match="holds a kbert checkpoint; choose a new or empty"):
+        outputs.check_version(ck, 1)
+    with pytest.raises(OutputError, match=r"sm/1 is a SavedModel version; give the model base "
+                                          r"directory above it"):
+        outputs.check_version(base / "1", 1)
+    assert sorted(os.listdir(tmp_path)) == ["ck", "sm"]
+
+
+def test_a_base_of_earlier_exports_is_accepted(tmp_path):
+    """Versions recorded by earlier kbert releases, and SavedModels from before the record
+    (their export_options.json), are kbert's."""
+    base = tmp_path / "sm"
+    (base / "1").mkdir(parents=True)
+    (base / "1" / "saved_model.pb").write_text("")
+    outputs.write_json(str(base / "1" / outputs.MARKER), {"kind": "saved_model",
+                                                         "files": ["saved_model.pb"]})
+    (base / "2" / "assets.extra").mkdir(parents=True)
+    (base / "2" / "saved_model.pb").write_text("")
+    (base / "2" / "assets.extra" / "export_options.json").write_text("{}")
+    assert outputs.kind_of(base) == "saved_model_base"
+    _version(base, 3)
+    _version(base, 2, overwrite=True)
+    assert sorted(os.listdir(base)) == ["1", "2", "3"]
+    assert outputs.kind_of(base / "2") == "saved_model"
+
+
+def test_a_version_is_written_under_the_base_s_lock(tmp_path):
+    """A second writer into the base is refused while one writes any version; what a killed
+    write of another version left in the base is kbert's, and removed by the next writer."""
+    base = tmp_path / "sm"
+    _version(base, 1)
+    (base / ".1.kbert-new-abc123").mkdir()
+    (base / ".1.kbert-lock").write_text("")
+    assert outputs.kind_of(base) == "saved_model_base"
+    child = _holder(base, 60)
+    try:
+        with pytest.raises(OutputError, match=rf"{base} is being written by kbert process "
+                                              rf"{child.pid}; wait for it"):
+            _version(base, 2)
+    finally:
+        child.kill()
+        child.wait()
+    _version(base, 2)
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    assert sorted(os.listdir(tmp_path)) == ["sm"]
 
 
 # --- modes -------------------------------------------------------------------------------------

@@ -77,20 +77,17 @@ WRITERS = ["export saved_model", "export onnx", "export openvino", "finetune",
 @pytest.mark.parametrize("writer", WRITERS)
 def test_every_writer_refuses_the_users_directory(writer, tmp_path, user_dir, encoder_dir,
                                                   capsys):
-    out = user_dir if writer != "export saved_model" else user_dir / "1"
-    if writer == "export saved_model":
-        out.mkdir()
-        (out / "notes.txt").write_text("precious")
     argv = _writers(tmp_path, encoder_dir, user_dir)[writer]
     for extra in ([], ["--overwrite"] if writer != "experiments features" else []):
         code, err = _one_line(capsys, argv + extra)
         assert code == 2 and len(err) == 1, err
         assert "holds files kbert did not write (notes.txt)" in err[0], err
-    assert sorted(os.listdir(out)) == ["notes.txt"]
-    assert (out / "notes.txt").read_text() == "precious"
+    assert sorted(os.listdir(user_dir)) == ["notes.txt"]
+    assert (user_dir / "notes.txt").read_text() == "precious"
 
 
-@pytest.mark.parametrize("writer", ["export onnx", "finetune", "index build", "convert from"])
+@pytest.mark.parametrize("writer", ["export saved_model", "export onnx", "finetune",
+                                    "index build", "convert from"])
 def test_the_current_directory_is_never_an_output(writer, tmp_path, encoder_dir, capsys,
                                                   monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -137,6 +134,44 @@ def test_convert_to_hf_replaces_its_own_kind_keeping_the_users_files(tmp_path, e
     assert cli.main(argv + ["--overwrite"]) == 0
     assert (out / "README.md").read_text() == "mine" and (out / "model.safetensors").is_file()
     assert outputs.kind_of(out) == "hf"
+
+
+def test_saved_model_versions_go_beside_kbert_s_own_in_the_base_directory(tmp_path, encoder_dir,
+                                                                         capsys):
+    """TF Serving's layout, `base/<version>/`: a new version beside kbert's earlier ones (here
+    one from before kbert recorded its outputs), the same version replaced only with
+    overwrite; a file of the user's in the base refuses every export, before any work."""
+    from kbert import serving
+    base = tmp_path / "sm"
+    (base / "1" / "assets.extra").mkdir(parents=True)
+    (base / "1" / "saved_model.pb").write_text("")
+    (base / "1" / "assets.extra" / "export_options.json").write_text("{}")
+    assert serving.export(encoder_dir, base, version=2) == str(base / "2")
+    with pytest.raises(outputs.OutputError, match="holds version 2 already; pass --overwrite"):
+        serving.export(encoder_dir, base, version=2)
+    serving.export(encoder_dir, base, version=2, overwrite=True,
+                   options=serving.ExportOptions(top_k=3))
+    options = json.loads((base / "2" / "assets.extra" / "export_options.json").read_text())
+    assert options["top_k"] == 3 and outputs.kind_of(base / "2") == "saved_model"
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    assert sorted(os.listdir(tmp_path)) == ["sm"]
+    (base / "notes.txt").write_text("precious")
+    code, err = _one_line(capsys, ["export", encoder_dir, "--output", base, "--version", "3"])
+    assert code == 2 and err == [f"kbert export: error: --output {base} holds files kbert did "
+                                 f"not write (notes.txt); choose a new or empty directory"]
+    assert sorted(os.listdir(base)) == ["1", "2", "notes.txt"]
+
+
+@pytest.mark.parametrize("where", ["/", "~", ".", ".."])
+def test_no_saved_model_base_is_a_protected_place(where, tmp_path, encoder_dir, monkeypatch):
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(tmp_path / "project")
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    from kbert import serving
+    with pytest.raises(outputs.OutputError, match="refusing to write over"):
+        serving.export(encoder_dir, os.path.expanduser(where), overwrite=True)
+    assert os.listdir(tmp_path / "project") == [] and os.listdir(tmp_path / "home") == []
 
 
 # --- two writers at once -----------------------------------------------------------------------
