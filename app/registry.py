@@ -56,7 +56,12 @@ def describe(path):
 
 
 def discover(models_dir="saved_models", extra=()):
-    """{name: description} for each checkpoint under `models_dir` plus each path in `extra`."""
+    """{name: description} for each checkpoint under `models_dir` plus each of `extra`: a
+    checkpoint directory, a shipped name or a hub model (`hf://ORG/NAME`, a bare Hub name such
+    as bert-base-uncased), which is downloaded and converted once (kbert.hub) and named as
+    given."""
+    from kbert import hub
+
     paths = []
     if models_dir and os.path.isdir(models_dir):
         paths += [os.path.join(models_dir, d) for d in sorted(os.listdir(models_dir))
@@ -64,14 +69,20 @@ def discover(models_dir="saved_models", extra=()):
     paths += list(extra)
     found = {}
     for path in paths:
+        given = path
+        if path in extra and not os.path.isdir(path):
+            try:
+                path = hub.resolve(path)
+            except ValueError as e:             # a hub's one line (HubError, CheckpointError)
+                raise InputError(str(e)) from None
         info = describe(path)
         if info is None:
-            if path in extra:
+            if given in extra:
                 raise InputError(f"{path} is not a kbert checkpoint directory (no config.json)")
             continue
         if info["path"] in {v["path"] for v in found.values()}:
             continue
-        name, n = os.path.basename(os.path.normpath(path)), 2
+        name, n = (given if given != path else os.path.basename(os.path.normpath(path))), 2
         base = name
         while name in found:
             name, n = f"{base}-{n}", n + 1

@@ -11,8 +11,10 @@ MAX_UPLOAD = "10mb"   # refused by Gradio on upload; the Search tab takes text f
 
 def add_arguments(parser):
     parser.add_argument("--model", action="extend", nargs="+", default=[], metavar="CKPT",
-                        help="checkpoint directories to serve, besides those found "
-                             "in --models-dir (default: none)")
+                        help="checkpoints to serve besides those found in --models-dir: "
+                             "directories, shipped names or Hub models (hf://ORG/NAME, "
+                             "bert-base-uncased: downloaded and converted once) "
+                             "(default: none)")
     parser.add_argument("--models-dir", default=DEFAULT_MODELS_DIR,
                         help="directory whose checkpoint sub-directories are served "
                              "(default: the first of $KBERT_MODELS, then the shipped "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kbert import hub
 from kbert import runtime as runtime_lib
 from kbert.checkpoint import files as checkpoint_files
 from kbert.checkpoint.files import Contents, MissingHeadError
@@ -256,8 +257,16 @@ class Bert:
 
 
 def load(path: str, dtype: str | None = None, runtime: str | None = None,
-         threads: int | None = None) -> Bert:
-    """Loads a checkpoint directory (or a shipped name) for inference (see `Bert`).
+         threads: int | None = None, *, revision: str | None = None,
+         token: str | None = None, cache_dir: str | None = None,
+         local_files_only: bool = False) -> Bert:
+    """Loads a checkpoint directory, a shipped name or a hub model (`hf://ORG/NAME@REV`, a
+    bare Hub name such as "bert-base-uncased", `kaggle://...`) for inference (see `Bert`).
+
+    A hub model is downloaded and converted once, then kept: later loads ask neither the hub
+    nor the converter, and work offline. `revision`, `token`, `cache_dir` and
+    `local_files_only` are `kbert.hub.resolve`'s (as transformers' `from_pretrained` has
+    them).
 
     dtype: "float32" (the default for a checkpoint: the reference, equal to HF transformers to
         1e-5; an export directory's default is the dtype it was exported in),
@@ -270,7 +279,8 @@ def load(path: str, dtype: str | None = None, runtime: str | None = None,
     threads: at most this many threads for the OpenVINO / ONNX Runtime graphs (default: all
         cores).
     """
-    directory = checkpoint_files.resolve(path)
+    directory = hub.resolve(path, revision=revision, token=token, cache_dir=cache_dir,
+                            local_files_only=local_files_only)
     manifest = graphs.read_manifest(directory)
     if runtime is None or (runtime == "auto" and manifest):
         runtime = manifest["format"] if manifest else "keras"

@@ -12,6 +12,7 @@ call into kbert), in the module named after what it calls:
     finetune.py     finetune, evaluate               (kbert.training.finetuning)
     retrieval.py    index, evaluate retrieve|rerank  (kbert.retrieval)
     export.py       export                           (kbert.serving, kbert.runtime.graphs)
+    cache.py        cache list|remove                (kbert.hub)
     app.py          app                              (the playground, app/)
     experiments.py  experiments                      (kbert.experiments)
 
@@ -38,6 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from kbert import progress  # noqa: E402
 from kbert.cli import (  # noqa: E402  (after the environment TensorFlow reads)
     app,
+    cache,
     convert,
     data,
     experiments,
@@ -69,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (convert.add_convert, data.add_build_vocab, data.add_create_pretraining_data,
                 pretrain.add_pretrain, data.add_data_service, finetune.add_finetune,
                 finetune.add_evaluate, export.add_export, app.add_app,
-                experiments.add_experiments, retrieval.add_index):
+                experiments.add_experiments, retrieval.add_index, cache.add_cache):
         add(sub)
     for command in _subcommands(sub):           # `kbert COMMAND ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from kbert.cli.common import CliError, add_overwrite, check_output_dir, examples
@@ -14,6 +15,8 @@ def add_convert(sub: argparse._SubParsersAction) -> None:
                        epilog=examples(
                            "kbert convert --from hf bert-base-uncased/ --output "
                            "saved_models/bert-base-uncased",
+                           "kbert convert --from hf hf://google-bert/bert-base-uncased --output "
+                           "saved_models/bert-base-uncased",
                            "kbert convert --from google uncased_L-12_H-768_A-12/ --output "
                            "saved_models/bert-base-uncased --dtype float16",
                            "kbert convert --to hf minilm-l6-squad --output /tmp/minilm-squad-hf"))
@@ -24,7 +27,8 @@ def add_convert(sub: argparse._SubParsersAction) -> None:
     direction.add_argument("--to", dest="target", metavar="FORMAT",
                            help="export the kbert checkpoint SRC to: hf or keras-hub (this or "
                                 "--from, no default)")
-    p.add_argument("src", help="the source checkpoint (directory, file or TF checkpoint prefix)")
+    p.add_argument("src", help="the source checkpoint (directory, file or TF checkpoint "
+                               "prefix; with --from hf also a Hub address, hf://ORG/NAME)")
     p.add_argument("--output", required=True, help="the directory to write")
     add_overwrite(p, "an output of the same format")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16"),
@@ -42,14 +46,21 @@ def run_convert(args: argparse.Namespace) -> None:
     kind = args.target.replace("-", "_") if args.target else "checkpoint"
     check_output_dir(args.output, kind, args.overwrite)
     if args.target:
+        from kbert import hub
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            convert.export(args.target, args.src, args.output, overwrite=args.overwrite)
+            convert.export(args.target, hub.resolve(args.src), args.output,
+                           overwrite=args.overwrite)
         for w in caught:  # the converters' own notes (lossy mappings, dropped heads)
             if "kbert" in w.filename:
                 print(f"kbert convert: warning: {w.message}", file=sys.stderr)
         print(f"wrote {args.output} ({args.target})")
         return
-    ckpt = convert.convert(args.source, args.src, args.output, dtype=args.dtype,
+    src = args.src
+    if args.source == "hf" and not os.path.exists(src):
+        from kbert import hub
+        if hub.is_address(src):      # downloaded into huggingface_hub's cache, converted here
+            src = hub.download(src).folder
+    ckpt = convert.convert(args.source, src, args.output, dtype=args.dtype,
                            overwrite=args.overwrite)
     print(f"wrote {args.output}: {ckpt.summary()}")

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from kbert import checkpoint, outputs
-from kbert.models import BertBackbone
 from kbert.network.config import BertConfig
 
 # A converted checkpoint's variables: {kbert key: float32 array}.
@@ -47,9 +46,11 @@ TARGETS = {
 
 
 def convert(source: str, src: str, output: str | os.PathLike,
-            dtype: str = "float32", overwrite: bool = False) -> checkpoint.Checkpoint:
+            dtype: str = "float32", overwrite: bool = False,
+            model_card: str | None = None) -> checkpoint.Checkpoint:
     """Converts `src` in format `source` into a kbert checkpoint directory at `output`
-    (`overwrite`: replace a checkpoint already there; anything else there is refused)."""
+    (`overwrite`: replace a checkpoint already there; anything else there is refused;
+    `model_card`: the MODEL_CARD.md to write with it)."""
     if source not in SOURCES:
         raise ValueError(f"unknown source format {source!r}; choose one of "
                          f"{', '.join(sorted(SOURCES))}")
@@ -61,6 +62,8 @@ def convert(source: str, src: str, output: str | os.PathLike,
     if len(vocab) != config.vocab_size:
         raise ValueError(f"{src}: the vocabulary has {len(vocab)} tokens but the word embeddings "
                          f"have {config.vocab_size} rows")
+    from kbert.network.backbone import BertBackbone  # Keras, on use: `kbert.hub` imports this
+
     backbone = BertBackbone(config)
     heads = {name: checkpoint.make_head(name, backbone, head_options.get(name))
              for name in head_options}
@@ -69,7 +72,7 @@ def convert(source: str, src: str, output: str | os.PathLike,
     embedding = getattr(module, "sentence_embedding", lambda src: None)(src) or {}
     path = checkpoint.save(output, vocab=vocab, do_lower_case=lower_case,
                            head_options=head_options, dtype=dtype, backbone=backbone, heads=heads,
-                           embedding=embedding, overwrite=overwrite)
+                           embedding=embedding, overwrite=overwrite, model_card=model_card)
     return checkpoint.Checkpoint(config, vocab, lower_case, backbone, heads, head_options, path,
                                  sentence_embedding=embedding)
 

@@ -1,13 +1,17 @@
 """Hugging Face transformers BERT checkpoints (`save_pretrained` directories) ↔ kbert.
 
-Reads `config.json`, `model.safetensors` (or `pytorch_model.bin`, loaded with
+Reads `config.json`, `model.safetensors` (or its shards, named in
+`model.safetensors.index.json`; or `pytorch_model.bin` and its shards, loaded with
 `weights_only=True`), `vocab.txt` (or the vocabulary inside `tokenizer.json`) and
 `tokenizer_config.json`. Handles BertModel, BertForPreTraining, BertForMaskedLM,
 BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification and
 BertForMultipleChoice, with or without the `bert.` prefix, and old `gamma`/`beta` LayerNorm names.
 
 A sentence-transformers directory (`modules.json`, `sentence_bert_config.json`,
-`1_Pooling/config.json`) also gives how it embeds: `sentence_embedding(src)`.
+`1_Pooling/config.json`) also gives how it embeds: `sentence_embedding(src)`; its transformer may
+sit in a module folder of its own (`0_BERT/`), which `load` reads. A cross-encoder's score
+activation (config.json's `sentence_transformers.activation_fn`, as `CrossEncoder.predict`
+applies it) is kept as the classifier head's `activation`.
 
 `export_hf` writes the reverse: a directory `from_pretrained` loads into the class that holds
 the checkpoint's heads.
@@ -31,7 +35,14 @@ from kbert.network.config import BertConfig, read_vocab, shown, write_vocab
 if TYPE_CHECKING:   # type-only
     from kbert.checkpoint import Checkpoint
 
-_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# The weights, in the order they are looked for: one file, or the index of its shards.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+# What a conversion writes changes with this number: checkpoints converted (and cached, see
+# `kbert.hub`) by another number are converted again.
+CONVERTER_VERSION = 1
+# sentence-transformers' modules a kbert checkpoint holds (the rest are refused by name).
+_ST_MODULES = ("Transformer", "Pooling", "Normalize")
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> BertConfig:
@@ -54,21 +65,45 @@ def config_from_hf(hf: Mapping[str, Any]) -> BertConfig:
 
 
 def read_state_dict(path: str) -> Tensors:
-    """{name: numpy array} from a safetensors or torch `.bin` file."""
+    """{name: numpy array} from a safetensors or torch `.bin` file, or from the shards an index
+    (`*.index.json`, its `weight_map`) names beside it."""
+    if path.endswith(".index.json"):
+        weight_map = read_json(path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ValueError(f"{path}: no 'weight_map' of the shards")
+        state: Tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            state.update(read_state_dict(os.path.join(os.path.dirname(path), shard)))
+        return state
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: missing weights file")
     if path.endswith(".safetensors"):
-        return load_file(path)
+        from safetensors import SafetensorError
+        try:
+            return load_file(path)
+        except (SafetensorError, OSError) as e:
+            raise ValueError(f"{path}: unreadable safetensors weights ({e})") from None
     import pickle
     import warnings
 
-    import torch  # only for `.bin` weights: torch is an optional dependency
+    try:
+        import torch  # only for `.bin` weights: torch is an optional dependency
+    except ImportError:
+        raise ValueError(f"{path}: PyTorch weights (.bin) are read with torch, which is not "
+                         f"installed: pip install torch (safetensors weights need nothing "
+                         f"more)") from None
     try:
         with warnings.catch_warnings():     # torch's note on the pickle protocol, not ours
             warnings.simplefilter("ignore", UserWarning)
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise ValueError(f"{path}: refused: the pickle holds more than tensors (it could run "
                          "code when loaded); get safetensors weights instead") from None
-    return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
+    except (RuntimeError, EOFError) as e:
+        raise ValueError(f"{path}: unreadable PyTorch weights ({str(e).splitlines()[0]})") \
+            from None
+    return {k: v.float().numpy() if v.is_floating_point() else v.numpy()
+            for k, v in loaded.items()}
 
 
 def _vocab(directory: str) -> list[str]:
@@ -92,7 +127,8 @@ def _lower_case(directory: str, vocab: list[str]) -> bool:
     return guess_lower_case(vocab, directory)
 
 
-def _head_kind(hf: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def _head_kind(hf: Mapping[str, Any], state: Mapping[str, Any],
+               directory: str = "") -> dict[str, dict[str, Any]]:
     """The task head(s) in the state dict: {kbert head name: options}."""
     heads: dict[str, dict[str, Any]] = {}
     if "cls.predictions.transform.dense.weight" in state:
@@ -113,10 +149,34 @@ def _head_kind(hf: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, dic
         elif "SequenceClassification" in arch:
             problem = "regression" if units == 1 else "classification"
             heads["classifier"] = {"labels": labels, "problem": problem}
+            activation = cross_encoder_activation(hf, directory)
+            if activation and problem == "regression":
+                heads["classifier"]["activation"] = activation
         else:
             raise ValueError("config.json's 'architectures' does not say which task the "
                              "'classifier' weights belong to")
     return heads
+
+
+def cross_encoder_activation(hf: Mapping[str, Any], directory: str = "") -> str | None:
+    """"sigmoid" or "identity": what sentence-transformers' `CrossEncoder.predict` applies to a
+    one-output cross-encoder's logit, as the model records it (`config_sentence_transformers.json`
+    of a CrossEncoder, sentence-transformers >= 5; config.json's
+    `sentence_transformers.activation_fn`, or the older `sbert_ce_default_activation_function`),
+    and the sigmoid, `CrossEncoder`'s default, for a cross-encoder that records none. None for
+    a plain transformers regressor (the raw score)."""
+    st_path = os.path.join(directory, "config_sentence_transformers.json")
+    st = read_json(st_path) if directory and os.path.isfile(st_path) else {}
+    recorded = (st.get("activation_fn")
+                or (hf.get("sentence_transformers") or {}).get("activation_fn")
+                or hf.get("sbert_ce_default_activation_function"))
+    if not recorded:
+        return "sigmoid" if st.get("model_type") == "CrossEncoder" else None
+    name = str(recorded).rsplit(".", 1)[-1]
+    if name not in ("Sigmoid", "Identity"):
+        raise ValueError(f"the cross-encoder's activation {recorded} is not supported (kbert "
+                         f"applies Sigmoid or Identity)")
+    return name.lower()
 
 
 # One name table, read in both directions (import: HF → kbert, export: kbert → HF):
@@ -194,23 +254,37 @@ def convert_state_dict(state: Tensors, config: BertConfig,
     return out, unused
 
 
+def transformer_folder(directory: str) -> str:
+    """Where a model directory's transformers files are: the directory itself, or for a
+    sentence-transformers model whose Transformer module has a folder of its own (`0_BERT/`),
+    that folder."""
+    modules = _modules(directory)
+    path = next((m.get("path", "") for m in modules
+                 if str(m.get("type", "")).endswith("Transformer")), "")
+    return os.path.join(directory, path) if path else directory
+
+
+def weights_file(directory: str) -> str:
+    """The first of `WEIGHT_FILES` in `directory` (one line naming them when none is)."""
+    found = [f for f in WEIGHT_FILES if os.path.isfile(os.path.join(directory, f))]
+    if not found:
+        raise FileNotFoundError(f"{directory}: no {', '.join(WEIGHT_FILES[:-1])} or "
+                                f"{WEIGHT_FILES[-1]}")
+    return os.path.join(directory, found[0])
+
+
 def load(src: str) -> Loaded:
-    """(config, tensors, head_options, vocab, lower_case) from a transformers directory."""
-    directory = src if os.path.isdir(src) else os.path.dirname(src)
+    """(config, tensors, head_options, vocab, lower_case) from a transformers directory (or a
+    sentence-transformers one, or a weights file in such a directory)."""
+    directory = transformer_folder(src) if os.path.isdir(src) else os.path.dirname(src)
     config_path = os.path.join(directory, "config.json")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{directory}: missing config.json")
     hf = read_json(config_path)
     config = config_from_hf(hf)
-    if os.path.isdir(src):
-        found = [f for f in _WEIGHT_FILES if os.path.isfile(os.path.join(src, f))]
-        if not found:
-            raise FileNotFoundError(f"{src}: no {' or '.join(_WEIGHT_FILES)}")
-        weights = os.path.join(src, found[0])
-    else:
-        weights = src
+    weights = weights_file(directory) if os.path.isdir(src) else src
     state = read_state_dict(weights)
-    heads = _head_kind(hf, state)
+    heads = _head_kind(hf, state, directory)
     tensors, unused = convert_state_dict(state, config, heads)
     if unused:
         raise ValueError(f"{weights}: unexpected variables {shown(unused)}")
@@ -218,33 +292,63 @@ def load(src: str) -> Loaded:
     return config, tensors, heads, vocab, _lower_case(directory, vocab)
 
 
+def _pooling(config: Mapping[str, Any], path: str) -> str:
+    """"mean" or "cls" from a Pooling module's config: `pooling_mode` (sentence-transformers
+    >= 5) or the older `pooling_mode_*_tokens` switches (none on means mean)."""
+    mode = config.get("pooling_mode")
+    if mode is None:
+        modes = [k for k, v in config.items() if k.startswith("pooling_mode_") and v]
+        mode = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}.get(
+            modes[0], modes[0]) if len(modes) == 1 else (modes or "mean")
+    if isinstance(mode, list) and len(mode) == 1:
+        mode = mode[0]
+    if mode not in ("mean", "cls"):
+        raise ValueError(f"{path}: only mean or [CLS] pooling is supported, found {mode}")
+    return str(mode)
+
+
+def _modules(directory: str) -> list[dict[str, Any]]:
+    """A sentence-transformers model's `modules.json` ([] where there is none); a module kbert
+    cannot hold (a Dense projection, a custom module) is refused by name."""
+    path = os.path.join(directory, "modules.json")
+    if not os.path.isfile(path):
+        return []
+    modules = read_json(path)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ValueError(f"{path}: expected a list of modules")
+    for m in modules:
+        kind = str(m.get("type", "")).rsplit(".", 1)[-1]
+        if kind not in _ST_MODULES:
+            raise ValueError(f"{path}: the sentence-transformers module {m.get('type')!r} is not "
+                             f"supported (kbert holds {', '.join(_ST_MODULES)})")
+    return modules
+
+
 def sentence_embedding(src: str) -> dict[str, Any] | None:
     """{"pooling", "normalize", "max_seq_length"} of a sentence-transformers model directory,
-    or None for a plain transformers one: the pooling from `1_Pooling/config.json`, whether
-    `modules.json` ends with a Normalize module, and the longest input it was trained on
-    (`sentence_bert_config.json`'s `max_seq_length`, e.g. 256 for all-MiniLM-L6-v2)."""
+    or None for a plain transformers one: the pooling from the Pooling module's
+    `config.json` (`1_Pooling/`), whether `modules.json` has a Normalize module, and the
+    longest input it was trained on (`sentence_bert_config.json`'s `max_seq_length`, e.g. 256
+    for all-MiniLM-L6-v2)."""
     directory = src if os.path.isdir(src) else os.path.dirname(src)
-    path = os.path.join(directory, "sentence_bert_config.json")
+    modules = _modules(directory)
+    path = os.path.join(transformer_folder(directory), "sentence_bert_config.json")
     if not os.path.isfile(path):
-        return None
+        path = os.path.join(directory, "sentence_bert_config.json")
+    pooling_dir = next((m.get("path", "") for m in modules
+                        if str(m.get("type", "")).endswith("Pooling")), None)
+    if not os.path.isfile(path) or (modules and pooling_dir is None):
+        return None                 # a transformers model, or a cross-encoder (no pooling)
     options: dict[str, Any] = {}
     length = read_json(path).get("max_seq_length")
-    if isinstance(length, int) and not isinstance(length, bool) and length >= 2:
+    tokenizer_config = os.path.join(transformer_folder(directory), "tokenizer_config.json")
+    if length is None and os.path.isfile(tokenizer_config):   # sentence-transformers >= 5
+        length = read_json(tokenizer_config).get("model_max_length")
+    if isinstance(length, int) and not isinstance(length, bool) and 2 <= length <= 1 << 20:
         options["max_seq_length"] = length
-    modules = []
-    if os.path.isfile(os.path.join(directory, "modules.json")):
-        modules = read_json(os.path.join(directory, "modules.json"))
-    pooling_dir = next((m.get("path", "") for m in modules
-                        if str(m.get("type", "")).endswith("Pooling")), "1_Pooling")
-    pooling_path = os.path.join(directory, pooling_dir, "config.json")
+    pooling_path = os.path.join(directory, pooling_dir or "1_Pooling", "config.json")
     if os.path.isfile(pooling_path):
-        pooling = read_json(pooling_path)
-        if pooling.get("pooling_mode_mean_tokens"):
-            options["pooling"] = "mean"
-        elif pooling.get("pooling_mode_cls_token"):
-            options["pooling"] = "cls"
-        else:
-            raise ValueError(f"{pooling_path}: only mean or [CLS] pooling is supported")
+        options["pooling"] = _pooling(read_json(pooling_path), pooling_path)
     options["normalize"] = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
     return options
 

@@ -25,7 +25,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import outputs
+from kbert import hub, outputs
 from kbert.experiments.units import Units
 from kbert.hints import Tensor
 from kbert.tasks import batching, ner
@@ -179,7 +179,7 @@ def run(output: str, model: str, train: str, valid: str, max_train_sentences: in
     units = Units(output, log)
     work = os.path.join(output, "features")
     os.makedirs(work, exist_ok=True)
-    ckpt = checkpoint_lib.load(checkpoint_lib.resolve(model))
+    ckpt = checkpoint_lib.load(hub.resolve(model))
     train_sentences = ner.read_conll(train, scheme="iob2")[:max_train_sentences]
     valid_sentences = ner.read_conll(valid, scheme="iob2")[:max_valid_sentences]
     labels = ner.label_list(train_sentences + valid_sentences)

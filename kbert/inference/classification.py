@@ -11,7 +11,9 @@ from kbert.inference.runner import TextRunner
 
 def classify(runner: TextRunner, ckpt: Contents, text: Texts, text_pair: Texts | None = None,
              batch_size: int = 32) -> dict[str, float] | list[dict[str, float]]:
-    """{label: probability} or {"score": value} (see `kbert.pipeline.Bert.classify`)."""
+    """{label: probability} or {"score": value} (see `kbert.pipeline.Bert.classify`); a
+    one-output cross-encoder's score goes through the activation its conversion recorded
+    (the head's `activation`: "sigmoid", as sentence-transformers' `CrossEncoder.predict`)."""
     if text_pair is None:
         first, single = texts("classify", text, allow_empty=True)
         second: list = [None] * len(first)
@@ -30,8 +32,11 @@ def classify(runner: TextRunner, ckpt: Contents, text: Texts, text_pair: Texts |
     for idx, _, logits in runner.batched("classifier", ids_a, ids_b, batch_size):
         for r, i in enumerate(idx):
             row = logits[r].astype(np.float64)
-            if options.get("problem") == "regression":
-                results[i] = {"score": float(row[0])}
+            if options.get("problem") == "regression":   # twin: kbert.serving.signatures
+                score = row[0]
+                if options.get("activation") == "sigmoid":  # a cross-encoder's, as converted
+                    score = 1.0 / (1.0 + np.exp(-score))
+                results[i] = {"score": float(score)}
                 continue
             labels = options.get("labels") or [f"LABEL_{j}" for j in range(len(row))]
             results[i] = {label: float(p) for label, p in zip(labels, softmax(row))}

@@ -10,6 +10,7 @@ from typing import Any
 
 import keras
 
+from kbert import hub
 from kbert.checkpoint.files import Contents, head_options_for, make_head, read, write
 from kbert.models.base import TaskModel
 from kbert.models.optimization import create_optimizer
@@ -50,7 +51,8 @@ class FineTunedModel(TaskModel):
                         labels: list | None = None, max_seq_length: int | None = None, *,
                         version_2: bool = False, dtype: str | None = None,
                         **kwargs: Any) -> "FineTunedModel":
-        """This task model on a kbert checkpoint directory, with its preprocessor attached.
+        """This task model on a kbert checkpoint directory (or a shipped name, or a hub
+        address: `kbert.hub.resolve`), with its preprocessor attached.
 
         The checkpoint's head of this kind is kept unless `num_labels`/`labels` ask for
         another one (then a fresh head is made). `labels` are the label names in id order
@@ -62,7 +64,7 @@ class FineTunedModel(TaskModel):
         # The preprocessor needs TensorFlow (tf-text): imported on use, so kbert.models
         # imports without it.
         from kbert.tasks.preprocessing import PREPROCESSORS
-        ckpt: Contents = read(path, dtype, head_dtype="float32" if dtype else None)
+        ckpt: Contents = read(hub.resolve(path), dtype, head_dtype="float32" if dtype else None)
         head: str = cls.head_name   # type: ignore[assignment]  # every task model names its head
         if num_labels is not None and labels is not None and len(labels) != num_labels:
             raise ValueError(f"num_labels {num_labels} but {len(labels)} labels")

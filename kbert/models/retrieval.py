@@ -80,7 +80,8 @@ class BertBiEncoder(FineTunedModel):
         from kbert.tasks import preprocessing  # TensorFlow, on use
         if num_labels is not None or labels:
             raise ValueError("a bi-encoder has no labels")
-        ckpt: Contents = checkpoint_files.read(path, dtype)
+        from kbert import hub
+        ckpt: Contents = checkpoint_files.read(hub.resolve(path), dtype)
         recorded = ckpt.embedding
         length = max_seq_length or min(int(recorded.get("max_seq_length", 256)),
                                        ckpt.config.max_position_embeddings)

@@ -1,8 +1,10 @@
 """`rerank`: a cross-encoder scores (query, passage) pairs jointly, `[CLS] q [SEP] p [SEP]`.
 
 The score comes from a pair-classification head: a 'classifier' with one output (a regression
-score, as MS MARCO cross-encoders have) or with labels, whose last label is taken as "relevant"
-(probability); else the 'nsp' head (the probability that the passage follows the query).
+score, as MS MARCO cross-encoders have, through the sigmoid where the cross-encoder's
+conversion recorded one, as `CrossEncoder.predict` gives it) or with labels, whose last label
+is taken as "relevant" (probability); else the 'nsp' head (the probability that the passage
+follows the query).
 
 Given the first stage's scores of the passages (a search's cosines, BM25, or a hybrid's), the
 order is by the two fused: `FIRST_STAGE_WEIGHT` · minmax(first stage) + the rest · minmax(the
@@ -58,7 +60,9 @@ def pair_scores(model: Encoder, queries: Sequence[str], passages: Sequence[str],
         results = cast("list[dict[str, float]]", model.classify(
             list(queries), list(passages), batch_size=batch_size))
         if results and set(results[0]) == {"score"}:
-            return [r["score"] for r in results]
+            activation = model.checkpoint.head_options.get("classifier", {}).get("activation")
+            if activation != "sigmoid" or not log_odds:
+                return [r["score"] for r in results]
         probabilities = [list(r.values())[-1] for r in results]
     if not log_odds:
         return probabilities

@@ -286,11 +286,11 @@ def export(checkpoint_dir: str, output: str, fmt: str = "openvino",
     """
     from importlib.metadata import version
 
-    from kbert import checkpoint
+    from kbert import hub
     from kbert.runtime.options import resolve
 
     runtime, dtype = resolve(fmt, dtype)
-    source = checkpoint.resolve(checkpoint_dir)
+    source = hub.resolve(checkpoint_dir)
     with open(os.path.join(source, "config.json"), encoding="utf-8") as f:
         heads = sorted(json.load(f).get("heads", {}))
     kinds = list(kinds or default_kinds(heads))

@@ -132,8 +132,10 @@ class Signatures:
     def _classify(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         logits = self.heads["classifier"](self._encode(features)["pooled_output"])
         options = self.ckpt.head_options.get("classifier", {})
-        if options.get("problem") == "regression":
-            return {"score": logits[:, 0]}
+        if options.get("problem") == "regression":       # twin: kbert.inference.classification
+            score = logits[:, 0]
+            return {"score": tf.sigmoid(score) if options.get("activation") == "sigmoid"
+                    else score}
         labels = options.get("labels") or [f"LABEL_{i}" for i in range(logits.shape[-1])]
         labels = tf.constant(labels)
         probs = tf.nn.softmax(logits, -1)

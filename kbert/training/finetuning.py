@@ -31,7 +31,7 @@ import keras
 import numpy as np
 
 from kbert import checkpoint as checkpoint_lib
-from kbert import outputs, progress
+from kbert import hub, outputs, progress
 from kbert.hardware import mixed_precision_policy
 from kbert.models import compilation
 from kbert.models.optimization import check_schedule, create_optimizer
@@ -116,7 +116,7 @@ def _load(model: str | os.PathLike | checkpoint_lib.Checkpoint | Bert,
         return model.checkpoint  # type: ignore[return-value]
     from kbert.runtime import resolve
     _, dtype = resolve("keras", dtype)
-    return checkpoint_lib.load(model, dtype=dtype, head_dtype="float32")
+    return checkpoint_lib.load(hub.resolve(model), dtype=dtype, head_dtype="float32")
 
 
 def _scores(spec: Task, model: Any, prepared: Prepared, options: Options, batch_size: int,
@@ -338,7 +338,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike | None
     with outputs.Output(output, "checkpoint", overwrite=overwrite):     # checked, locked
         policy = mixed_precision_policy(mixed_precision)       # None: float32
         keras.utils.set_random_seed(seed)
-        ckpt = checkpoint_lib.load(init, dtype=policy, head_dtype="float32")
+        ckpt = checkpoint_lib.load(hub.resolve(init), dtype=policy, head_dtype="float32")
         if encoded is None:
             # `dev` is given whenever `encoded` is not
             encoded = encode(task, ckpt.vocab, train, dev,  # type: ignore[arg-type]

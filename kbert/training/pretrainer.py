@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from kbert import checkpoint as checkpoint_lib
+from kbert import hub
 from kbert.models import BertLeftToRightLM, BertPretrainer
 from kbert.network.config import PRESETS, BertConfig, read_vocab
 
@@ -33,7 +34,7 @@ def build_pretrainer(config: BertConfig | dict | str | None = None,
         raise ValueError(f"unknown pretraining objective {objective!r}; choose one of "
                          f"{', '.join(OBJECTIVES)}")
     if init is not None:
-        ckpt = checkpoint_lib.load(init, dtype=dtype)
+        ckpt = checkpoint_lib.load(hub.resolve(init), dtype=dtype)
         if config is not None:
             wanted = _config_for_vocab(config, len(ckpt.vocab))
             if wanted.to_dict() != ckpt.config.to_dict():
