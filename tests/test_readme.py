@@ -29,6 +29,8 @@ SAMPLE_PATH = re.compile(r"examples/data/[\w./*-]*\w")
 NOT_RUN = {
     "make ": "sets up .venv (make app then serves until stopped): what CI itself runs",
     "pip install ": "installs packages from the network",
+    "# needs the internet": "downloads from the Hugging Face Hub (tests/hub loads from a Hub "
+                            "on 127.0.0.1)",
 }
 
 # Options added to a `kbert` command, by its subcommand: fewer epochs and shorter sequences on

@@ -5,6 +5,7 @@ again, two processes converting once, and `kbert cache list|remove`."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -233,3 +234,10 @@ def test_convert_command_takes_a_hub_address(server, tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["heads"] == {"mlm": {}}
     assert main(["export", "hf://kbert-test/missing", "--output", str(tmp_path / "e")]) == 2
     assert "no such repository on the Hub" in capsys.readouterr().err
+
+
+def test_the_name_table_is_the_documented_one():
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "checkpoints.md"),
+                encoding="utf-8").read()
+    rows = set(re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|$", docs, re.M))
+    assert rows == set(hub.NAMES.items())
