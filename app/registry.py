@@ -11,7 +11,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kbert.network.config import RELEVANCE_LABELS  # light: no Keras, no TensorFlow
+from kbert import hub  # light: no Keras, no TensorFlow
+from kbert.network.config import RELEVANCE_LABELS
 
 # What each tab needs, and how to say it to a user.
 HEAD_NAMES = {"mlm": "masked-LM (fill-mask)", "nsp": "next-sentence",
@@ -44,8 +45,11 @@ def describe(path):
     heads = raw.get("heads") or {}
     try:
         encoder = [EMBEDDING] if raw.get("sentence_embedding") else []
-        labels = (heads.get("classifier") or {}).get("labels")
-        reranker = [RERANKER] if labels == RELEVANCE_LABELS else []
+        classifier = heads.get("classifier") or {}
+        # a cross-encoder: labelled relevant/irrelevant, or converted from sentence-transformers
+        # (one output scored through its activation)
+        reranker = [RERANKER] if (classifier.get("labels") == RELEVANCE_LABELS
+                                  or "activation" in classifier) else []
         return {"path": os.path.abspath(path), "heads": sorted([*heads, *encoder, *reranker]),
                 "num_layers": int(raw.get("num_layers", 1)),
                 "num_heads": int(raw.get("num_heads", 1)),
@@ -60,8 +64,6 @@ def discover(models_dir="saved_models", extra=()):
     checkpoint directory, a shipped name or a hub model (`hf://ORG/NAME`, a bare Hub name such
     as bert-base-uncased), which is downloaded and converted once (kbert.hub) and named as
     given."""
-    from kbert import hub
-
     paths = []
     if models_dir and os.path.isdir(models_dir):
         paths += [os.path.join(models_dir, d) for d in sorted(os.listdir(models_dir))
@@ -102,17 +104,37 @@ class Registry:
         self.models = dict(models)
         self._loaded = {}
         self._locks = {name: threading.Lock() for name in self.models}
+        self._adding = threading.Lock()
 
     @property
     def names(self):
         return list(self.models)
 
     def info(self, name):
+        if name and name not in self.models and hub.is_address(name):
+            self.add(name)
         if not self.models:
             raise InputError("No checkpoints found: put one in saved_models/ or pass --model DIR")
         if name not in self.models:
             raise InputError(f"Unknown model {name!r}; choose one of: {', '.join(self.models)}")
         return self.models[name]
+
+    def add(self, name):
+        """Serves the hub model `name` too (`hf://ORG/NAME`, a bare Hub name typed in the
+        model box or passed to the API): downloaded and converted once (kbert.hub), one line
+        when it cannot be had (offline and not kept, no such repository, not a BERT)."""
+        with self._adding:
+            if name in self.models:
+                return
+            try:
+                path = hub.resolve(name)
+            except ValueError as e:             # kbert's one line (HubError, CheckpointError)
+                raise InputError(f"Could not get the model '{name}': {e}") from None
+            info = describe(path)
+            if info is None:
+                raise InputError(f"{name} is not a kbert checkpoint")
+            self._locks[name] = threading.Lock()
+            self.models[name] = info
 
     def with_head(self, head):
         return [n for n, info in self.models.items() if head in info["heads"]]

@@ -220,7 +220,11 @@ def build_demo(registry):
         gr.Markdown(f"# {TITLE}\n{INTRO}\n\n{_runs_on(registry)}", elem_id="intro")
         # No value until the page loads: the API then shows `model` as optional, and a call
         # that leaves it out runs on a checkpoint with the endpoint's head (handlers.py).
-        model = gr.Dropdown(choices=registry.names, value=None, label="Model", elem_id="model")
+        # A Hub name typed here (hf://ORG/NAME, bert-base-uncased) is served too (Registry.add).
+        model = gr.Dropdown(choices=registry.names, value=None, label="Model", elem_id="model",
+                            allow_custom_value=True,
+                            info="a served checkpoint, or a Hub model: hf://ORG/NAME or a name "
+                                 "such as bert-base-uncased (downloaded and converted once)")
         statuses = {}
         with gr.Tabs():
             for tab, title, build in TABS:
