@@ -10,6 +10,7 @@ log-odds of relevance at temperature 1).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from kbert import progress
-from kbert.inference.protocol import Encoder
+from kbert.inference.protocol import Encoder, Loader, default_loader
 from kbert.retrieval.encoder import CALL_BATCHES
 from kbert.retrieval.index import Index
 
@@ -25,11 +26,12 @@ PASSAGES = 5   # the best passages `read` reads (the playground's Search tab rea
 ANSWER = ("text", "score", "start", "end", "passage", "rank", "reader_score")  # what `ask` gives
 
 
-def ask(question: str | Sequence[str], index: Index, reader: Encoder | None,
-        encoder: Encoder | None = None, reranker: Encoder | None = None,
+def ask(question: str | Sequence[str], index: Index, reader: Encoder | str | os.PathLike | None,
+        encoder: Encoder | str | os.PathLike | None = None,
+        reranker: Encoder | str | os.PathLike | None = None,
         passages: int = PASSAGES, candidates: int = 20, temperature: float = 0.05,
         hybrid: bool | None = None, batch_size: int = 32,
-        hits: int | None = None) -> dict | list[dict]:
+        hits: int | None = None, loader: Loader | None = None) -> dict | list[dict]:
     """The best answer to `question` (or each of a list) found in `index`'s passages: the
     passages retrieved (and reranked), then `read`. The playground's Search tab and
     `kbert evaluate open-qa` answer through it.
@@ -43,6 +45,8 @@ def ask(question: str | Sequence[str], index: Index, reader: Encoder | None,
             score (`kbert.retrieval.rerank`; optional).
         passages: how many of the best passages the reader reads.
         hits: also return the first `hits` search hits (as the Search tab shows them).
+        loader: loads `reader`, `encoder` and `reranker` where given as a path or name
+            (default: `kbert.load`).
     Returns {"text", "score", "start", "end" (character offsets into the passage),
     "passage": the search hit the answer is in ({"index", "text", "score", ...}), "rank"
     (the passage's position among the hits, from 0), "reader_score"}; a list of them for a
@@ -57,6 +61,7 @@ def ask(question: str | Sequence[str], index: Index, reader: Encoder | None,
         raise ValueError("ask: passages and candidates must be >= 1")
     if not temperature > 0:
         raise ValueError(f"ask: temperature must be > 0, got {temperature!r}")
+    reader, encoder, reranker = (_loaded(m, loader) for m in (reader, encoder, reranker))
     shown = max(passages, hits or 0)
     depth = max(shown, candidates) if reranker is not None else shown
     started = time.perf_counter()
@@ -95,6 +100,14 @@ def ask(question: str | Sequence[str], index: Index, reader: Encoder | None,
     if bar is not None:
         bar.close()
     return answers[0] if single else answers
+
+
+def _loaded(model: Encoder | str | os.PathLike | None,
+            loader: Loader | None) -> Encoder | None:
+    """`model`, loaded with `loader` (default: `kbert.load`) where it is a path or name."""
+    if not isinstance(model, (str, os.PathLike)):
+        return model
+    return (loader or default_loader())(os.fspath(model))
 
 
 def read(question: str, hits: Sequence[dict], reader: Encoder, passages: int = PASSAGES,

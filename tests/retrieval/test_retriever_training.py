@@ -241,6 +241,14 @@ def test_ask_reads_the_best_passages_and_open_qa_scores_it(tiny, tmp_path, capsy
                            first_scores=[h["score"] for h in hits])[0]
     assert ranked["passage"]["index"] == hits[best["index"]]["index"]
     assert ranked["passage"]["rerank_score"] == pytest.approx(best["rerank_score"])
+    by_path = ask("who bought milk ?", index, tiny["reader"], tiny["encoder"],
+                  reranker=tiny["nsp"], passages=1, candidates=8)  # paths load as kbert.load
+    assert by_path["passage"]["index"] == ranked["passage"]["index"]
+    assert by_path["text"] == ranked["text"]
+    with pytest.raises(ValueError, match="checkpoint directory not found: no-such-reranker") \
+            as bad:
+        ask("who bought milk ?", index, reader, encoder, reranker="no-such-reranker")
+    assert "\n" not in str(bad.value)
     squad = {"data": [{"title": "t", "paragraphs": [
         {"context": p, "qas": [{"id": str(i), "question": q,
                                 "answers": [{"text": q, "answer_start": p.find(q)}]}]}
