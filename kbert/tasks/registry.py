@@ -235,7 +235,8 @@ class TableTask(GlueTask):
         return glue.GlueTask(self.name, "", texts, self.columns[2], tuple(labels), metrics)
 
     def read(self, path: PathLike) -> list[glue.GlueExample]:
-        return userdata.read_table(path, *self.columns, regression=self.regression)
+        return userdata.read_table(path, *self.columns, regression=self.regression,
+                                   labelled=True)
 
     def head_options(self, data: Data) -> Options:
         if self.regression:

@@ -90,9 +90,10 @@ def _utf8(path: PathLike, rows: Iterable[tuple[int, dict[str, Any]]]
 
 
 def read_table(path: PathLike, text_column: str = "text", text_pair_column: str | None = None,
-               label_column: str = "label", regression: bool = False) -> list[glue.GlueExample]:
+               label_column: str = "label", regression: bool = False,
+               labelled: bool = False) -> list[glue.GlueExample]:
     """Examples of a CSV, TSV or JSONL file; a row without its label gives `label=None`
-    only when the whole file has no label column (a file to predict on)."""
+    only when the whole file has no label column (a file to predict on) and not `labelled`."""
     rows = table_rows(path)
     examples, has_label = [], None
     for number, row in rows:
@@ -111,6 +112,10 @@ def read_table(path: PathLike, text_column: str = "text", text_pair_column: str 
                 raise ValueError(f"{where}: column {column!r} is empty")
             texts.append(value)
         label = row.get(label_column) if label_column else None
+        if labelled and label is None:
+            found = "missing" if label_column not in row else "null"
+            raise ValueError(f"{where}: column {label_column!r} is {found} (columns: "
+                             f"{', '.join(row)})")
         if has_label is None:
             has_label = label is not None
         if has_label != (label is not None):

@@ -343,6 +343,8 @@ def test_cli_qa_squad(tiny_init, tmp_path, capsys):
      "invalid JSON"),
     ("train.jsonl", '{"text": "a", "label": "x"}\n{"label": "y"}\n', 2,
      "column 'text' is missing"),
+    ("train.csv", "text,score\nthe dog,1\n", 2,
+     "column 'label' is missing (columns: text, score)"),
 ])
 def test_cli_bad_row_is_one_line_with_file_and_line(tiny_init, tmp_path, capsys, name, text,
                                                     where, message):
