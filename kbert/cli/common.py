@@ -35,7 +35,7 @@ class Parser(argparse.ArgumentParser):
     """The `kbert` parser and, through `add_subparsers`, every subcommand's: `HelpFormatter`,
     and an option whose value may be left out (`--hybrid [{on,off}]`) takes the next word only
     when it is one of its choices, so `--hybrid FILE ...` still reads as the bare option
-    followed by a file."""
+    followed by a file. A bad argument is one line, as every other error."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -45,6 +45,10 @@ class Parser(argparse.ArgumentParser):
                          namespace: Any = None) -> Any:   # (typeshed overloads it)
         words = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(self._bare_options(words), namespace)
+
+    def error(self, message: str) -> Any:   # (typeshed: NoReturn)
+        """A bad argument: `kbert COMMAND: error: ...` in one line (no usage), exit status 2."""
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
     def _bare_options(self, words: list[str]) -> list[str]:
         """`--hybrid FILE` -> `--hybrid=on FILE`: the option's const where the next word is not
