@@ -302,6 +302,10 @@ def resolve(name_or_path: str | os.PathLike) -> str:
     'minilm-l6-mlm-nsp'
     """
     path = os.fspath(name_or_path)
+    if not path.strip():
+        blank = f" ({path!r})" if path else ""
+        raise CheckpointError(f"the checkpoint name is empty{blank}: give a checkpoint "
+                              f"directory or a name such as minilm-l6-v2")
     if os.path.isdir(path) or (path and outputs.recover_missing(path)):
         return path                                     # (a write cut short is put right)
     is_name = path and os.sep not in path and (os.altsep is None or os.altsep not in path)

@@ -324,6 +324,15 @@ def test_export_options_are_checked():
 
 
 # --- cold start -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_name_is_named(name):
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        kbert.load(name)
+    blank = f" ({name!r})" if name else ""
+    assert str(e.value) == (f"the checkpoint name is empty{blank}: give a checkpoint directory "
+                            f"or a name such as minilm-l6-v2")
+
+
 def test_import_and_cli_parsing_load_no_tensorflow():
     code = ("import sys, kbert; from kbert import cli\n"
             "for argv in (['--help'], ['export', '--help'], ['finetune', '--help'],\n"
