@@ -9,7 +9,8 @@ JAX_VENV ?= .venv-jax
 SERVE_VENV ?= .venv-serve
 export TF_CPP_MIN_LOG_LEVEL := 3
 export GRADIO_ANALYTICS_ENABLED := False
-export HF_HUB_OFFLINE := 1
+# The tests never reach the Hugging Face Hub (tests/conftest.py sets HF_HUB_OFFLINE=1; tests/hub
+# loads from a Hub on 127.0.0.1); `make app` may: a Hub name typed into the playground downloads.
 
 # The Python the venvs are made with: 3.11, the version requirements.txt is pinned and tested
 # on (`make app PYTHON=/path/to/python3.11` names one). Checked before a venv is made.
