@@ -14,6 +14,7 @@ import gradio as gr
 from app import examples, inference, plots
 from app import search as search_lib
 from app.registry import InputError, Registry
+from kbert.wording import plural
 
 log = logging.getLogger("app")
 TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span", "classify": "classifier",
@@ -166,7 +167,7 @@ def loading_line(role: str, name: str) -> str:
 
 def _search_info(out):
     index = out["index"]
-    documents = f"{index['documents']} document{'s' * (index['documents'] != 1)}"
+    documents = plural(index["documents"], "document")
     built = ("reused (indexed before)" if index["cached"]
              else f"indexed in {index['seconds']:.1f} s")
     read = (f", read the top passages in {out['read_seconds'] * 1000:.0f} ms"
@@ -174,7 +175,7 @@ def _search_info(out):
     if out["reranker"]:
         read = (f", reranked by {out['reranker']} in {out['rerank_seconds'] * 1000:.0f} ms"
                 + read)
-    return (f"**{index['passages']} passages** from {documents}, {built} by "
+    return (f"**{plural(index['passages'], 'passage')}** from {documents}, {built} by "
             f"{index['encoder']}; searched in {out['search_seconds'] * 1000:.0f} ms"
             f"{' (hybrid: BM25 + dense)' if index['hybrid'] else ''}{read}.")
 

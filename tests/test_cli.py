@@ -54,7 +54,7 @@ def test_build_vocab_size_is_a_maximum(tmp_path, capsys, corpus, size):
 def test_build_vocab_size_too_small_for_the_characters_is_refused(tmp_path, capsys, corpus):
     err = _error(capsys, "build-vocab", "--input", corpus, "--vocab-size", "105", "--output",
                  str(tmp_path / "vocab.txt"))
-    assert err == ("kbert build-vocab: error: vocab size 105 leaves room for 1 token(s) after "
+    assert err == ("kbert build-vocab: error: vocab size 105 leaves room for 1 token after "
                    "the 104 reserved ones: too few for the text's characters")
     assert list(tmp_path.iterdir()) == [tmp_path / "corpus.txt"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kbert.cli.common import examples
+from kbert.wording import plural
 
 
 def add_cache(sub: argparse._SubParsersAction) -> None:
@@ -52,7 +53,7 @@ def run_list(args: argparse.Namespace) -> None:
     for r in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(r, widths)) + "  " + r[4])
     total = sum(r["bytes"] for r in rows)
-    print(f"{len(rows)} checkpoint(s), {total / 1e6:.1f} MB")
+    print(f"{plural(len(rows), 'checkpoint')}, {total / 1e6:.1f} MB")
 
 
 def run_remove(args: argparse.Namespace) -> None:

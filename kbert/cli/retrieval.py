@@ -17,6 +17,7 @@ from kbert.cli.common import (
     positive_int,
 )
 from kbert.cli.export import DTYPE_NAMES, RUNTIME_NAMES
+from kbert.wording import plural
 
 if TYPE_CHECKING:   # type-only: the pipeline needs Keras
     from kbert.pipeline import Bert
@@ -204,11 +205,13 @@ def run_index(args: argparse.Namespace) -> None:
                 before = len(index)
                 index.add(model, texts, metadata=meta, batch_size=args.batch_size)
                 path = index.save(args.index)
-            print(f"added {len(index) - before} passages from {len(texts)} texts")
+            print(f"added {plural(len(index) - before, 'passage')} from "
+                  f"{plural(len(texts), 'text')}")
     for note in index.notes:
         print(f"kbert index: note: {note}")
     kind = "approximate (HNSW)" if index.approximate else "exact"
-    print(f"wrote {path}: {len(index)} passages from {index.sources} texts, encoder "
+    print(f"wrote {path}: {plural(len(index), 'passage')} from {plural(index.sources, 'text')}, "
+          f"encoder "
           f"{index.encoder['name']}, {kind}{', hybrid' if index.hybrid else ''}")
 
 

@@ -197,8 +197,8 @@ def export_keras_hub(ckpt: Checkpoint, output: str) -> str:
     kept = {head_pairs(task)[0]} if task is not None else set()
     dropped = [h for h in ckpt.heads if h not in kept]
     if dropped:
-        warnings.warn(f"keras-hub has no BERT task for the {', '.join(dropped)} head(s); "
-                      "they are left out of the preset")
+        warnings.warn(f"keras-hub has no BERT task for the {', '.join(dropped)} "
+                      f"head{'s' * (len(dropped) > 1)}; left out of the preset")
 
     tensors = {k: _to_numpy(v) for k, v in
                named_variables(ckpt.backbone, {h: ckpt.heads[h] for h in kept}).items()}

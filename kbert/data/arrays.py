@@ -31,6 +31,7 @@ import numpy as np
 
 from kbert.data.instances import FEATURES, Instance, Options
 from kbert.network.config import check_special_tokens
+from kbert.wording import plural
 
 # Named arrays: features [N, ...] (FEATURES), or `token_documents`' tokens and lengths.
 Arrays = dict[str, np.ndarray]
@@ -269,7 +270,7 @@ class PretrainingBatches(keras.utils.PyDataset):
         self.per_pass = (self.rows // batch_size if shuffle
                          else -(-self.rows // batch_size))
         if self.per_pass < 1:
-            raise ValueError(f"{self.rows} rows make no batch of {batch_size}")
+            raise ValueError(f"{plural(self.rows, 'row')}: too few for a batch of {batch_size}")
         self.steps_per_epoch = steps_per_epoch or self.per_pass
         self._orders: dict[int, np.ndarray]
         self.epoch, self._orders = 0, {}

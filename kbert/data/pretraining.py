@@ -58,6 +58,7 @@ from kbert.data.tfrecords import (  # noqa: F401  (re-exported)
     serialize_examples,
 )
 from kbert.network.config import read_vocab
+from kbert.wording import plural
 
 
 def iter_blocks(paths: Sequence[str], input_format: str = "auto", block_size: int = 20000,
@@ -289,5 +290,5 @@ def summary(totals: collections.Counter) -> list[str]:
         lines.append("not UTF-8: " + report.summary())
     removed = getattr(totals, "removed", None)
     if removed:
-        lines.append(f"replaced {len(removed)} old shard(s) (--overwrite)")
+        lines.append(f"replaced {plural(len(removed), 'old shard')} (--overwrite)")
     return lines

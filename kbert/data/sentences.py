@@ -20,6 +20,8 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 
+from kbert.wording import plural
+
 ABBREVIATIONS = frozenset("""
 mr mrs ms dr prof sr jr st mt ft gen col capt lt sgt maj cmdr adm gov sen rep rev hon pres
 messrs mme mlle esq vs cf viz approx dept univ assn bros inc ltd co corp no nos vol vols pp fig
@@ -73,7 +75,7 @@ class InputReport:
         self.replaced: dict[str, int] = {}   # file → number of undecodable byte sequences replaced
 
     def summary(self) -> str:
-        return "; ".join(f"{path}: {n} undecodable byte(s) replaced"
+        return "; ".join(f"{path}: {plural(n, 'undecodable byte')} replaced"
                          for path, n in self.replaced.items())
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from kbert.tokenizer.basic import basic_tokenize
+from kbert.wording import plural
 
 
 def build_vocab(texts: Iterable[str], vocab_size: int, lower_case: bool = True,
@@ -52,6 +53,7 @@ def build_vocab(texts: Iterable[str], vocab_size: int, lower_case: bool = True,
     vocab = learner.learn(sorted(counts.items()), vocab_size, reserved, lower_thresh=1,
                           max_input_tokens=-1, max_unique_chars=min(1000, max(1, budget // 2)))
     if len(vocab) <= len(reserved):
-        raise ValueError(f"vocab size {vocab_size} leaves room for {budget} token(s) after the "
-                         f"{len(reserved)} reserved ones: too few for the text's characters")
+        raise ValueError(f"vocab size {vocab_size} leaves room for {plural(budget, 'token')} "
+                         f"after the {len(reserved)} reserved ones: too few for the text's "
+                         f"characters")
     return vocab[:vocab_size]

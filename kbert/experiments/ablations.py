@@ -38,6 +38,7 @@ from kbert import outputs
 from kbert.experiments import report, sources
 from kbert.experiments.plan import FULL, QUICK, Plan, Variant
 from kbert.experiments.units import Units
+from kbert.wording import plural
 
 VARIANTS = {
     "bert": Variant("BERT (MLM + NSP)", "mlm_nsp", "segment_pairs"),
@@ -241,11 +242,11 @@ def write_results(output: str, results: dict[str, Any], tasks: Sequence[str],
     for task in tasks:
         header += [f"{task} {TASKS[task][2]}", f"{task} (paper)"]
     plan = results["plan"]
-    lines = [f"Plan: `{plan['config']}` encoder, {plan['steps']} updates of "
+    lines = [f"Plan: `{plan['config']}` encoder, {plural(plan['steps'], 'update')} of "
              f"{plan['batch_size']} sequences of {plan['max_seq_length']} tokens; fine-tuning "
-             f"{plan['finetune_epochs']} epochs, lr {plan['finetune_learning_rate']}, "
-             f"{plan['seeds']} seed(s) per cell (mean ± std)" + (" — QUICK MODE: the numbers "
-                                                                   "are noise" if quick else "."),
+             f"{plural(plan['finetune_epochs'], 'epoch')}, lr {plan['finetune_learning_rate']}, "
+             f"{plural(plan['seeds'], 'seed')} per cell (mean ± std)"
+             + (" — QUICK MODE: the numbers are noise" if quick else "."),
              "", report.markdown_table(header, table_rows(results, tasks)), ""]
     curves = {VARIANTS[n].label + f" ({r['pretraining']['objective']})":
               (r["pretraining"]["curve"]["step"], r["pretraining"]["curve"]["loss"])

@@ -30,6 +30,7 @@ from kbert.retrieval import encoder as encoder_lib
 from kbert.retrieval import fusion
 from kbert.retrieval.passages import split_passages
 from kbert.tokenizer import check_texts
+from kbert.wording import plural
 
 if TYPE_CHECKING:   # BM25 loads on use
     from kbert.retrieval.lexical import BM25
@@ -124,11 +125,11 @@ class Index:
         if not self.split:
             long = sum(len(ids) > limit for ids in model.tokenizer.encode_batch(texts))
             if long:
-                self.notes.append(f"{long} of {len(texts)} texts were longer than the "
-                                  f"encoder's {limit + 2} tokens and were truncated")
+                self.notes.append(f"{_of(long, texts)} longer than the encoder's {limit + 2} "
+                                  f"tokens and truncated")
         if split:
-            note = (f"{split} of {len(texts)} texts were longer than the encoder's "
-                    f"{limit + 2} tokens and were split into overlapping passages "
+            note = (f"{_of(split, texts)} longer than the encoder's {limit + 2} tokens "
+                    f"and split into overlapping passages "
                     f"({overlap} tokens shared)")
             self.notes.append(note)
             warnings.warn(note, stacklevel=2)
@@ -397,3 +398,8 @@ def _check_top_k(top_k: object) -> int:
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
         raise ValueError(f"search: top_k must be an integer >= 1, got {top_k!r}")
     return int(top_k)
+
+
+def _of(count: int, texts: Sequence[str]) -> str:
+    """"1 of 3 texts was", "2 of 3 texts were"."""
+    return f"{count} of {plural(len(texts), 'text')} {'was' if count == 1 else 'were'}"

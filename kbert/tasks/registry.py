@@ -27,6 +27,7 @@ import numpy as np
 
 from kbert.hints import PathLike
 from kbert.tasks import glue, ner, squad, squad_postprocess, swag, userdata
+from kbert.wording import plural
 
 if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
     from kbert.tokenizer import Tokenizer
@@ -244,7 +245,7 @@ class TableTask(GlueTask):
         labels = userdata.label_list(data)
         if len(labels) < 2:
             raise ValueError(f"{data[0].guid.rsplit(':', 1)[0]}: the training file has "
-                             f"{len(labels)} distinct label(s); classify needs at least 2")
+                             f"{plural(len(labels), 'distinct label')}; classify needs at least 2")
         return {"task": self.name, "problem": "classification", "labels": labels}
 
     def check_options(self, options: Options, where: str) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kbert.hints import PathLike
+from kbert.wording import plural
 
 if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
     from kbert.tokenizer import Tokenizer
@@ -276,8 +277,8 @@ def encode_squad(tokenizer: Tokenizer, examples: Sequence[SquadExample], is_trai
             rows.append((input_ids, segment_ids, tok_starts, tok_ends, best, positions))
             meta.append(index)
     if long_questions:
-        warnings.append(f"{long_questions} questions longer than {max_query_length} tokens "
-                        "were cut")
+        warnings.append(f"{plural(long_questions, 'question')} longer than "
+                        f"{max_query_length} tokens cut")
     if not rows:
         note = f" (first: {warnings[0]})" if warnings else ""
         raise ValueError(f"none of the {len(examples)} SQuAD questions gives a window to "

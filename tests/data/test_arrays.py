@@ -111,8 +111,10 @@ def test_batches_cover_every_row_once_a_pass_and_repeat(pairs):
     evaluation = arrays.PretrainingBatches(pairs, 8, "ltr", shuffle=False)
     assert len(evaluation) == -(-n // 8)
     assert sum(len(evaluation[i][0]["input_ids"]) for i in range(len(evaluation))) == n
-    with pytest.raises(ValueError, match="make no batch"):
+    with pytest.raises(ValueError, match="^3 rows: too few for a batch of 8$"):
         arrays.PretrainingBatches({k: v[:3] for k, v in pairs.items()}, 8)
+    with pytest.raises(ValueError, match="^1 row: too few for a batch of 8$"):
+        arrays.PretrainingBatches({k: v[:1] for k, v in pairs.items()}, 8)
 
 
 @pytest.mark.multibackend

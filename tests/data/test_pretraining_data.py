@@ -173,7 +173,7 @@ def test_bad_input(corpus, tmp_path, capsys):
     code, out_text, err = run(capsys, "--input", str(latin1), *paths[2:], "--vocab", vocab,
                               "--output", out)
     assert code == 0, err
-    assert "latin1.txt: 1 undecodable byte(s) replaced" in out_text
+    assert "latin1.txt: 1 undecodable byte replaced" in out_text
 
 
 def test_dynamic_masking(corpus, tmp_path, capsys):
@@ -268,7 +268,7 @@ def test_second_run_into_the_same_directory_is_refused_or_replaces(corpus, tmp_p
     assert sorted(p.name for p in out.iterdir()) == first          # nothing touched
     code, text, err = run(capsys, "--input", paths[0], *common, "--overwrite")
     assert code == 0, err
-    assert f"replaced {len(first) - 2} old shard(s) (--overwrite)" in text
+    assert f"replaced {len(first) - 2} old shards (--overwrite)" in text
     assert sorted(p.name for p in out.iterdir()) == [".kbert-output.json", "notes.txt",
                                                      "shard-00000.tfrecord"]   # notes kept
     assert (out / "notes.txt").read_text() == "mine"

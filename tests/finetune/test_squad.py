@@ -115,7 +115,7 @@ def test_long_question_is_cut_and_counted(tokenizer):
     ex = squad.SquadExample("q", "why " * 100, "short context", [])
     f = squad.encode_squad(tokenizer, [ex], False)
     assert f.features["input_ids"].shape[1] == 64 + 2 + 2 + 1
-    assert f.warnings == ["1 questions longer than 64 tokens were cut"]
+    assert f.warnings == ["1 question longer than 64 tokens cut"]
 
 
 def test_answer_outside_window_points_at_cls(tokenizer):

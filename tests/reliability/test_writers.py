@@ -195,7 +195,7 @@ def test_two_index_adds_at_once_both_land(tmp_path, encoder_dir):
     for child in children:
         out, err = child.communicate(timeout=300)
         assert child.returncode == 0, err
-        assert "added 1 passages from 1 texts" in out
+        assert "added 1 passage from 1 text" in out
     texts = sorted(p["text"] for p in kbert.retrieval.Index.load(idx).passages)
     assert texts == sorted(PASSAGES[:3])
     assert sorted(os.listdir(tmp_path)) == ["a.txt", "b.txt", "c.txt", "idx"]   # no lock left

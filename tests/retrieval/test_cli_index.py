@@ -34,8 +34,8 @@ def test_build_add_and_search(files, encoder, capsys):
     assert f"wrote {out}: 6 passages from 6 texts, encoder tiny-encoder, exact" in printed
     assert cli.main(["index", "add", str(out), str(files / "long.txt")]) == 0
     printed = capsys.readouterr().out
-    assert "kbert index: note: 1 of 1 texts were longer than the encoder's 16 tokens and " \
-           "were split into overlapping passages" in printed
+    assert "kbert index: note: 1 of 1 text was longer than the encoder's 16 tokens and " \
+           "split into overlapping passages" in printed
     assert "from 7 texts" in printed
     assert cli.main(["index", "search", str(out), "who bought milk ?", "--top-k", "3",
                      "--json"]) == 0

@@ -104,8 +104,8 @@ def test_the_runtime_that_built_an_index_loads_its_encoder(encoder, tmp_path, mo
 
 def test_long_texts_are_split_with_overlap_and_said_so(encoder):
     long = " ".join(PASSAGES)                     # ~50 tokens; the encoder reads 16
-    with pytest.warns(UserWarning, match="1 of 2 texts were longer than the encoder's 16 "
-                                         "tokens and were split"):
+    with pytest.warns(UserWarning, match="1 of 2 texts was longer than the encoder's 16 "
+                                         "tokens and split"):
         index = Index.build(encoder, [PASSAGES[0], long])
     parts = [p for p in index.passages if p["source"] == 1]
     assert len(parts) >= 4 and index.sources == 2
@@ -215,7 +215,7 @@ def test_split_false_truncates_as_sentence_transformers_does(encoder):
     long = " ".join(PASSAGES)
     index = Index.build(encoder, [PASSAGES[0], long], split=False)
     assert len(index) == 2 and index.notes == [
-        "1 of 2 texts were longer than the encoder's 16 tokens and were truncated"]
+        "1 of 2 texts was longer than the encoder's 16 tokens and truncated"]
     np.testing.assert_allclose(index.vectors[1], encoder.embed([long], normalize=True)[0],
                                atol=1e-5)
 
