@@ -87,9 +87,10 @@ def serve(models=(), models_dir=DEFAULT_MODELS_DIR, host="127.0.0.1", port=7860,
 
 
 def main(argv=None):
-    from kbert.cli.common import HelpFormatter  # light: no Keras, no TensorFlow
-    parser = add_arguments(argparse.ArgumentParser(prog="python -m app", description=__doc__,
-                                                   formatter_class=HelpFormatter))
+    # every option's help states its default: the description's line breaks are all to keep
+    parser = add_arguments(argparse.ArgumentParser(
+        prog="python -m app", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
     from app.registry import InputError
     try:

@@ -228,6 +228,11 @@ def test_defaults_bind_loopback_without_share_and_import_is_light():
     assert (args.host, args.port, args.share) == ("127.0.0.1", 7860, False)
     code = "import sys, app.server, app.ui; sys.exit('tensorflow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
+    # the CLI sits above the playground: its --help imports nothing of kbert.cli
+    code = ("import sys, app.server\ntry: app.server.main(['--help'])\nexcept SystemExit: pass\n"
+            "sys.exit(any(m.startswith('kbert.cli') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and "python -m app" in out.stdout and "(default 7860)" in out.stdout
 
 
 # --- browser -------------------------------------------------------------------------------------
