@@ -219,7 +219,7 @@ def test_cache_list_and_remove_commands(server, capsys):
     assert main(["cache", "list"]) == 0
     listing = capsys.readouterr().out
     assert "kbert-test/bert-mlm" in listing and "kbert-test/bert-qa" in listing
-    assert "2 checkpoint(s)" in listing
+    assert "2 checkpoints" in listing
     assert main(["cache", "remove", "kbert-test/bert-qa", "--downloads"]) == 0
     removed = capsys.readouterr().out
     assert removed.count("removed ") == 2                   # the checkpoint and the download
