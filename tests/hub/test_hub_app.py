@@ -3,7 +3,6 @@ checkpoints, and a Hub name typed in the model box (or passed to the API) is dow
 converted and served; offline and not kept, it is one line on the page."""
 
 import pytest
-
 from hub_repos import make_repos
 from hub_server import hub_server_fixture, online_hub_fixture  # noqa: F401  (fixtures)
 
@@ -25,7 +24,8 @@ def server(online_hub, repos, tmp_path, monkeypatch):
 
 
 def test_app_models_mix_hub_names_with_shipped_ones(server, tmp_path):
-    from app import handlers, server as app_server
+    from app import handlers
+    from app import server as app_server
     _, registry = app_server.build(models=["hf://kbert-test/bert-mlm", "minilm-l6-squad",
                                            "hf://kbert-test/cross-encoder"],
                                    models_dir=str(tmp_path / "none"))
@@ -38,7 +38,8 @@ def test_app_models_mix_hub_names_with_shipped_ones(server, tmp_path):
 
 
 def test_a_hub_name_typed_in_the_model_box_is_served(server, tmp_path):
-    from app import handlers, server as app_server
+    from app import handlers
+    from app import server as app_server
     _, registry = app_server.build(models=["minilm-l6-mlm-nsp"],
                                    models_dir=str(tmp_path / "none"))
     assert handlers.head_status(registry, "hf://kbert-test/bert-qa", "qa") == ""
