@@ -362,10 +362,12 @@ def read(directory: str | os.PathLike, dtype: str | None = None, head_dtype: str
         raise CheckpointError(f"{weights_path}: unreadable weights ({e})") from None
 
     from kbert.network.backbone import BertBackbone  # see `make_head`: no Keras for a description
+    from kbert.network.layers import weights_to_be_read
 
-    backbone = BertBackbone(config, dtype=dtype)
-    heads = {name: make_head(name, backbone, opts, head_dtype)
-             for name, opts in head_options.items()}
+    with weights_to_be_read():          # every weight is assigned below: no random draws
+        backbone = BertBackbone(config, dtype=dtype)
+        heads = {name: make_head(name, backbone, opts, head_dtype)
+                 for name, opts in head_options.items()}
     assign(named_variables(backbone, heads), tensors, source=weights_path)
     return into(config, vocab, lower_case, backbone, heads, head_options, path=directory)
 

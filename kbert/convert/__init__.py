@@ -63,10 +63,12 @@ def convert(source: str, src: str, output: str | os.PathLike,
         raise ValueError(f"{src}: the vocabulary has {len(vocab)} tokens but the word embeddings "
                          f"have {config.vocab_size} rows")
     from kbert.network.backbone import BertBackbone  # Keras, on use: `kbert.hub` imports this
+    from kbert.network.layers import weights_to_be_read
 
-    backbone = BertBackbone(config)
-    heads = {name: checkpoint.make_head(name, backbone, head_options.get(name))
-             for name in head_options}
+    with weights_to_be_read():          # every weight is assigned below: no random draws
+        backbone = BertBackbone(config)
+        heads = {name: checkpoint.make_head(name, backbone, head_options.get(name))
+                 for name in head_options}
     checkpoint.assign(checkpoint.named_variables(backbone, heads), tensors, source=src)
     # A sentence encoder's pooling and trained length (sentence-transformers), where known.
     embedding = getattr(module, "sentence_embedding", lambda src: None)(src) or {}
