@@ -121,6 +121,41 @@ def test_long_texts_are_split_with_overlap_and_said_so(encoder):
     assert {h["text"] for h in hits} == {PASSAGES[0], long}
 
 
+def _split_in_one_call(tokenizer, texts, max_tokens, overlap):
+    """The reference: each long text tokenized in one call, then cut into windows."""
+    from kbert.retrieval.passages import Passage, windows
+    lengths = [len(ids) for ids in tokenizer.encode_batch(texts)]
+    out = []
+    for i, text in enumerate(texts):
+        if lengths[i] <= max_tokens:
+            out.append(Passage(text, i, 0, len(text)))
+            continue
+        ids, starts, ends = tokenizer.tokenize_with_char_offsets(text)
+        word_start = [not t.startswith("##") for t in tokenizer.convert_ids_to_tokens(ids)]
+        out += [Passage(text[starts[a]:ends[b - 1]], i, starts[a], ends[b - 1])
+                for a, b in windows(starts, word_start, 14, 4)]
+    return out
+
+
+def test_splitting_in_chunks_gives_the_passages_of_one_call(encoder, monkeypatch):
+    from kbert.retrieval import passages
+    monkeypatch.setattr(passages, "CHUNK_CHARS", 40)      # many chunks on a small text
+    texts = [" ".join(PASSAGES), "Café, naïve: the quick fox. " + "x" * 300 + " jumps over",
+             "a dog", "\n\n".join(PASSAGES[::-1]) + " [MASK] dog"]
+    got, split = passages.split_passages(encoder.tokenizer, texts, 14, 4)
+    assert got == _split_in_one_call(encoder.tokenizer, texts, 14, 4) and split == 3
+
+
+def test_a_2mb_single_line_text_is_split_whole(encoder):
+    from kbert.retrieval.passages import split_passages
+    line = " ".join(PASSAGES) + " data:image/png;base64," + "A" * 2000 + " "
+    text = line * (2_000_000 // len(line))
+    got, split = split_passages(encoder.tokenizer, [text], 254, 32)
+    assert split == 1 and got[0].start == 0 and got[-1].end == len(text.rstrip())
+    assert all(text[p.start:p.end] == p.text for p in got)
+    assert all(a.end > b.start for a, b in zip(got, got[1:]))     # no gap: the text is covered
+
+
 def test_hybrid_ranks_a_lexical_only_match_first(encoder):
     # Passage 0 is the only one with "milk"; a random encoder's dense scores know nothing.
     dense = encoder.search("milk", PASSAGES, top_k=len(PASSAGES))
