@@ -67,10 +67,11 @@ class Bert:
                  threads: int | None = None):
         self.checkpoint = ckpt
         self.config = ckpt.config
-        # A graph runtime's tokenizer builds its TensorFlow routes on first use only (see
-        # `Tokenizer`): with the graphs made, such a process imports neither Keras nor TF.
-        self.tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case,
-                                   graph=runtime == "keras")
+        # The tokenizer builds its TensorFlow routes on the first large request only (see
+        # `Tokenizer`; `prepare` builds them now): a load does not wait ~1 s for them, small
+        # requests take the Rust tokenizer, and with a graph runtime's graphs made, such a
+        # process imports neither Keras nor TF.
+        self.tokenizer = Tokenizer(ckpt.vocab, lower_case=ckpt.do_lower_case, graph=False)
         self.max_seq_length = self.config.max_position_embeddings
         self._model: keras.Model | None = None
         self.runtime, self.dtype = runtime, dtype
