@@ -69,8 +69,13 @@ def resolve(name_or_path: str | os.PathLike, *, revision: str | None = None,
                                local_files_only=local_files_only)
         folder, commit = snapshot.folder, snapshot.commit
         source = "hf" if snapshot.format == "transformers" else "keras-hub"
-    with fetch.errors(address):
+    try:
         path = cache.convert(folder, source, address, commit, top, address.revision)
+    except ValueError as e:
+        if "unreadable" not in str(e):
+            raise
+        raise HubError(f"{address}: a downloaded file is damaged ({e}); remove it with `kbert "
+                       f"cache remove {address} --downloads` and load again") from None
     cache.remember(address, commit, top)
     return path
 
@@ -98,25 +103,23 @@ def remove(name: str, *, cache_dir: str | os.PathLike | None = None,
            downloads: bool = False) -> list[str]:
     """Frees what is kept of a hub model (`kbert cache remove NAME`): its converted
     checkpoints (all of them, or the one commit an address pinned to a commit names), and with
-    `downloads` the files huggingface_hub downloaded for them. Returns what was removed; a
-    model of which nothing is kept is one line saying so."""
+    `downloads` the files huggingface_hub downloaded of the repository (of that commit only,
+    for a pinned address). Returns what was removed; a model of which nothing is kept is one
+    line saying so."""
     address = parse(name) if is_address(name) else parse(addresses.HF + name)
     assert address is not None
     top = cache.root(cache_dir)
-    commits = {e["commit"] for e in cache.entries(top)
-               if e["path"].startswith(cache.repo_folder(address, top) + os.sep)}
     removed = cache.remove(address, top)
     if downloads and address.scheme == "hf":
-        removed += _remove_downloads(address, commits, cache_dir)
+        removed += _remove_downloads(address, cache_dir)
     if not removed:
         raise HubError(f"{name}: nothing of it is kept in {top}")
     return removed
 
 
-def _remove_downloads(address: Address, commits: set[str],
-                      cache_dir: str | os.PathLike | None) -> list[str]:
-    """huggingface_hub's cached revisions of `address`'s repository that kbert converted
-    (`commits`), removed through huggingface_hub's own cache API."""
+def _remove_downloads(address: Address, cache_dir: str | os.PathLike | None) -> list[str]:
+    """huggingface_hub's cached revisions of `address`'s repository (the pinned commit's
+    only, for a pinned address), removed through huggingface_hub's own cache API."""
     hub = fetch.client()
     folder = os.path.join(os.fspath(cache_dir), "downloads") if cache_dir else None
     try:
@@ -124,7 +127,7 @@ def _remove_downloads(address: Address, commits: set[str],
     except hub.errors.CacheNotFound:
         return []
     hashes = [r.commit_hash for repo in info.repos if repo.repo_id == address.repo
-              for r in repo.revisions if r.commit_hash in commits]
+              for r in repo.revisions if not address.pinned or r.commit_hash == address.revision]
     if not hashes:
         return []
     strategy = info.delete_revisions(*hashes)

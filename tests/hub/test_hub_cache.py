@@ -241,3 +241,19 @@ def test_the_name_table_is_the_documented_one():
                 encoding="utf-8").read()
     rows = set(re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|$", docs, re.M))
     assert rows == set(hub.NAMES.items())
+
+
+def test_a_damaged_download_is_one_line_and_cache_remove_downloads_fixes_it(server, tmp_path):
+    from huggingface_hub import constants
+    hub.resolve("hf://kbert-test/bert-qa")
+    hub.remove("hf://kbert-test/bert-qa")                     # the converted checkpoint only
+    snapshots = os.path.join(constants.HF_HUB_CACHE, "models--kbert-test--bert-qa", "snapshots")
+    weights = os.path.realpath(os.path.join(snapshots, os.listdir(snapshots)[0],
+                                            "model.safetensors"))
+    with open(weights, "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(hub.HubError, match=r"a downloaded file is damaged .*kbert cache remove "
+                                           r"hf://kbert-test/bert-qa --downloads"):
+        hub.resolve("hf://kbert-test/bert-qa")
+    assert hub.remove("hf://kbert-test/bert-qa", downloads=True)
+    assert "span" in kbert.load("hf://kbert-test/bert-qa").checkpoint.heads
