@@ -4,6 +4,7 @@ so that it is never searched with vectors from another encoder."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Sequence
@@ -21,38 +22,45 @@ def options(model: Encoder) -> dict:
     return dict(model.embedding_defaults)
 
 
-# Batches per call of the model: the progress bar moves once a call (a few seconds of work).
+# Batches per call of the model, at most: the first call is one batch and each next one twice
+# the last, so the progress bar moves soon on a small build and calls stay large on a big one.
 CALL_BATCHES = 8
+
+
+def _calls(n: int, batch_size: int) -> list[tuple[int, int]]:
+    """(start, stop) of each call over `n` texts: 1, 2, 4 ... `CALL_BATCHES` batches."""
+    spans, start, batches = [], 0, 1
+    while start < n:
+        stop = min(n, start + batch_size * batches)
+        spans.append((start, stop))
+        start, batches = stop, min(batches * 2, CALL_BATCHES)
+    return spans
 
 
 def embed(model: Encoder, texts: Sequence[str], batch_size: int = 16, desc: str | None = None,
           unit: str = "text") -> np.ndarray:
     """Unit-length float32 vectors [n, hidden] (the model's `embed(normalize=True)`,
     length-sorted batches). `desc`: a progress bar over the texts (counted in `unit`s), where
-    they fill more than one batch.
+    they fill more than one batch, moved by the texts each call of the model encoded.
 
-    The texts go to the model in calls of `CALL_BATCHES` batches, by character length (so each
-    call's length-sorted batches are as even as one call's over all of them)."""
+    The texts go to the model in calls of up to `CALL_BATCHES` batches, by character length (so
+    each call's length-sorted batches are as even as one call's over all of them)."""
     if not len(texts):
         return np.zeros((0, model.config.hidden_size), np.float32)
     opts = options(model)
     texts = list(texts)
     order = np.argsort([len(t) for t in texts], kind="stable")
     out = np.zeros((len(texts), model.config.hidden_size), np.float32)
-    step = batch_size * CALL_BATCHES
-    shown = (progress.bar(total=len(texts), desc=desc, unit=unit)
-             if desc and len(texts) > batch_size else None)
-    try:
-        for start in range(0, len(texts), step):
-            rows = order[start:start + step]
+    shown = desc and len(texts) > batch_size
+    with (progress.bar(total=len(texts), desc=desc, unit=unit) if shown
+          else contextlib.nullcontext()) as bar:
+        for start, stop in _calls(len(texts), batch_size):
+            rows = order[start:stop]
             out[rows] = model.embed([texts[i] for i in rows], pooling=opts["pooling"],
                                     batch_size=batch_size,
                                     max_seq_length=opts["max_seq_length"], normalize=True)
-            if shown is not None:
-                shown.update(len(rows))
-    finally:
-        if shown is not None:
-            shown.close()
+            if bar is not None:
+                bar.update(len(rows))
     return out
 
 

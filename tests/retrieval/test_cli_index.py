@@ -208,3 +208,28 @@ def test_evaluate_rerank_shows_its_queries_on_stderr(tmp_path, cross_encoders, c
     assert cli.main(evaluate + ["--quiet"]) == 0
     quiet = capsys.readouterr()
     assert quiet.err == "" and quiet.out == shown.out
+
+
+def test_index_build_progress_moves_as_the_passages_are_encoded(files, encoder, capsys,
+                                                                 monkeypatch):
+    """The bar counts passages and moves after each call of the model (1, 2, 4 ... batches),
+    not once for a small build, and reaches its total."""
+    from kbert import progress
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)       # a line at every update
+    assert cli.main(["index", "build", str(files / "a.jsonl"), str(files / "b.csv"),
+                     "--text-column", "body", "--model", encoder.checkpoint.path,
+                     "--output", str(files / "idx"), "--batch-size", "1"]) == 0
+    counts = [line.split(",")[0] for line in _progress_lines(capsys.readouterr().err)]
+    assert list(dict.fromkeys(counts)) == ["encoding passages: 1/6 passage (17%)",
+                      "encoding passages: 3/6 passage (50%)",
+                      "encoding passages: 6/6 passage (100%)"]
+
+
+def test_an_error_while_encoding_leaves_no_progress_line(files, encoder, capsys, monkeypatch):
+    """A model call that fails under the bar: stderr is the error's one line."""
+    def fail(*args, **kwargs):
+        raise ValueError("the model failed")
+    monkeypatch.setattr(type(encoder), "embed", fail)
+    err = _error(capsys, "index", "build", files / "a.jsonl", "--model", encoder.checkpoint.path,
+                 "--text-column", "body", "--output", files / "idx", "--batch-size", "1")
+    assert err == "kbert index: error: the model failed"
