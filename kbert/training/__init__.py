@@ -14,8 +14,9 @@
     finetuning.py          `finetune` (train, score dev each epoch, keep the best), `encode`
                            (the tokenized sets, once), `evaluate`; the tasks are `kbert.tasks`'
   retrievers
-    retrievers.py          training pairs, hard-negative mining, `train_retriever` (bi-encoder)
-                           and `train_reranker` (cross-encoder)
+    pairs.py               the training pairs (`read_pairs`) and their hard negatives
+                           (`mine_negatives`, by BM25 or the encoder)
+    retrievers.py          `train_retriever` (bi-encoder) and `train_reranker` (cross-encoder)
   shared
     callbacks.py           crash-safe backups, stop after N updates, rates, the progress line,
                            SIGTERM; `KeepBest` (score dev each epoch, save the best)
@@ -35,8 +36,10 @@ _LAZY = {
     "create_optimizer": "kbert.models.optimization",
     **dict.fromkeys(["PAD_TO_MULTIPLE", "Encoded", "FinetuneResult", "encode", "evaluate",
                      "finetune", "predict"], "kbert.training.finetuning"),
-    **dict.fromkeys(["Pairs", "PairsError", "TrainResult", "read_pairs", "mine_negatives",
-                     "train_retriever", "train_reranker"], "kbert.training.retrievers"),
+    **dict.fromkeys(["Pairs", "PairsError", "read_pairs", "mine_negatives"],
+                    "kbert.training.pairs"),
+    **dict.fromkeys(["TrainResult", "train_retriever", "train_reranker"],
+                    "kbert.training.retrievers"),
     "KeepBest": "kbert.training.callbacks",
 }
 __all__ = sorted(_LAZY)
