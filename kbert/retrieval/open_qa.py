@@ -10,6 +10,7 @@ log-odds of relevance at temperature 1).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -69,36 +70,34 @@ def ask(question: str | Sequence[str], index: Index, reader: Encoder | str | os.
                              batch_size=batch_size)
     search_seconds = (time.perf_counter() - started) / max(len(questions), 1)
     answers = []
-    bar = progress.bar(total=len(questions), desc="reading", unit="question") \
-        if len(questions) > 1 else None
-    for q, found in zip(questions, retrieved):
-        found = list(found)
-        seconds = {"search": search_seconds, "rerank": 0.0, "read": 0.0}
-        if reranker is not None:
-            from kbert.retrieval.rerank import rerank
-            started = time.perf_counter()
-            order = rerank(reranker, q, [h["text"] for h in found], batch_size=batch_size,
-                           first_scores=[h["score"] for h in found])
-            found = [dict(found[r["index"]], fused_score=r["score"],
-                          rerank_score=r["rerank_score"]) for r in order]
-            seconds["rerank"] = time.perf_counter() - started
-        got: dict = {"best": None, "spans": []}
-        if reader is not None:
-            started = time.perf_counter()
-            got = read(q, found, reader, passages, temperature, batch_size)
-            seconds["read"] = time.perf_counter() - started
-        best = got["best"] or dict.fromkeys(ANSWER)
-        answer = {k: best[k] for k in ANSWER}
-        if hits is not None:
-            spans = {s["rank"]: s for s in got["spans"]}
-            answer["hits"] = [dict(hit, answer=spans.get(rank)) for rank, hit in
-                              enumerate(found[:hits])]
-            answer["seconds"] = seconds
-        answers.append(answer)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+    with (progress.bar(total=len(questions), desc="reading", unit="question")
+          if len(questions) > 1 else contextlib.nullcontext()) as bar:
+        for q, found in zip(questions, retrieved):
+            found = list(found)
+            seconds = {"search": search_seconds, "rerank": 0.0, "read": 0.0}
+            if reranker is not None:
+                from kbert.retrieval.rerank import rerank
+                started = time.perf_counter()
+                order = rerank(reranker, q, [h["text"] for h in found], batch_size=batch_size,
+                               first_scores=[h["score"] for h in found])
+                found = [dict(found[r["index"]], fused_score=r["score"],
+                              rerank_score=r["rerank_score"]) for r in order]
+                seconds["rerank"] = time.perf_counter() - started
+            got: dict = {"best": None, "spans": []}
+            if reader is not None:
+                started = time.perf_counter()
+                got = read(q, found, reader, passages, temperature, batch_size)
+                seconds["read"] = time.perf_counter() - started
+            best = got["best"] or dict.fromkeys(ANSWER)
+            answer = {k: best[k] for k in ANSWER}
+            if hits is not None:
+                spans = {s["rank"]: s for s in got["spans"]}
+                answer["hits"] = [dict(hit, answer=spans.get(rank)) for rank, hit in
+                                  enumerate(found[:hits])]
+                answer["seconds"] = seconds
+            answers.append(answer)
+            if bar is not None:
+                bar.update(1)
     return answers[0] if single else answers
 
 

@@ -77,20 +77,19 @@ def predict(model: keras.Model, features: dict[str, np.ndarray], batch_size: int
     inputs = {k: features[k] for k in INPUT_KEYS if k in features}
     n, full = len(inputs["input_ids"]), np.shape(inputs["input_ids"])[-1]
     results: dict = {}                 # output name (None: a bare array) → [N, ...]
-    shown = progress.bar(total=n, desc=desc, unit="example")
-    for index, batch in batching.batches(inputs, batch_size, bucket=True, multiple=multiple):
-        out = model.predict_on_batch(batch)
-        shown.update(len(index))
-        for key, value in (out.items() if isinstance(out, dict) else [(None, out)]):
-            value = np.asarray(value, dtype="float32")
-            if key not in results:
-                rest = (full,) + value.shape[2:] if sequence_output else value.shape[1:]
-                results[key] = np.zeros((n,) + rest, "float32")
-            if sequence_output:
-                results[key][index, :value.shape[1]] = value
-            else:
-                results[key][index] = value
-    shown.close()
+    with progress.bar(total=n, desc=desc, unit="example") as shown:
+        for index, batch in batching.batches(inputs, batch_size, bucket=True, multiple=multiple):
+            out = model.predict_on_batch(batch)
+            shown.update(len(index))
+            for key, value in (out.items() if isinstance(out, dict) else [(None, out)]):
+                value = np.asarray(value, dtype="float32")
+                if key not in results:
+                    rest = (full,) + value.shape[2:] if sequence_output else value.shape[1:]
+                    results[key] = np.zeros((n,) + rest, "float32")
+                if sequence_output:
+                    results[key][index, :value.shape[1]] = value
+                else:
+                    results[key][index] = value
     return results[None] if list(results) == [None] else results
 
 

@@ -1,6 +1,7 @@
 """kbert.retrieval.Index: exact search equals brute force, save/load, adding, splitting, hybrid,
 the approximate index, and the one-line refusals (a foreign encoder, a half-written directory)."""
 
+import gc
 import json
 import os
 import warnings
@@ -275,3 +276,32 @@ def test_non_finite_vectors_are_refused(encoder, tmp_path, monkeypatch):
                                          "Nothing was added"):
         index.add(encoder, PASSAGES[2:3])
     assert len(index) == 2
+
+
+def test_an_error_under_a_bar_leaves_no_progress_line(encoder, capsys, monkeypatch):
+    """`ask` over several questions and `finetuning.predict` clear their bar as an error
+    leaves it: nothing is left on stderr for the error's line to follow."""
+    from kbert import progress
+    from kbert.retrieval import open_qa, rerank
+    from kbert.training import finetuning
+
+    def fail(*args, **kwargs):
+        raise ValueError("the model failed")
+    index = Index.build(encoder, PASSAGES)
+    monkeypatch.setattr(rerank, "rerank", fail)
+    progress.show(True)
+    try:
+        with pytest.raises(ValueError, match="the model failed"):
+            open_qa.ask(["a cat", "milk"], index, None, encoder, reranker=encoder)
+        gc.collect()                # a bar left open draws its line as it goes
+        assert capsys.readouterr().err == ""
+
+        class Failing:
+            predict_on_batch = staticmethod(fail)
+        with pytest.raises(ValueError, match="the model failed"):
+            features = {k: np.ones((3, 4), "int32") for k in finetuning.INPUT_KEYS}
+            finetuning.predict(Failing(), features, desc="scoring")
+        gc.collect()
+        assert capsys.readouterr().err == ""
+    finally:
+        progress.show(None)
