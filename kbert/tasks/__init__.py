@@ -12,6 +12,8 @@ training loops.
     batching.py           length-bucketed batches padded only to their own longest row
     preprocessing.py      raw text → features as Keras layers (tf.data), one preprocessor a
                           task head
+    inputs.py             the preprocessors' helpers: raw inputs → tensors, their checks,
+                          padding to a multiple
 """
 
 from kbert._lazy import lazy_attributes
