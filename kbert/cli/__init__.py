@@ -48,7 +48,13 @@ from kbert.cli import (  # noqa: E402  (after the environment TensorFlow reads)
     pretrain,
     retrieval,
 )
-from kbert.cli.common import CliError, Parser, examples, positive_int  # noqa: E402
+from kbert.cli.common import (  # noqa: E402
+    CliError,
+    Parser,
+    examples,
+    output_named,
+    positive_int,
+)
 from kbert.cli.export import DTYPE_NAMES, EXPORT_FORMATS, RUNTIME_NAMES  # noqa: E402
 from kbert.cli.finetune import TASK_NAMES  # noqa: E402
 from kbert.cli.retrieval import RETRIEVAL_TASKS  # noqa: E402
@@ -150,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         if debug or not isinstance(e, expected_errors()):
             raise
-        print(f"kbert {args.command}: error: {error_line(e)}", file=sys.stderr)
+        line = output_named(e, error_line(e), getattr(args, "output", None))
+        print(f"kbert {args.command}: error: {line}", file=sys.stderr)
         return 2
     finally:
         progress.show(None)

@@ -121,6 +121,19 @@ def add_overwrite(p: argparse.ArgumentParser,
                         f"kept); anything else there is always refused")
 
 
+def output_named(error: BaseException, line: str, output: str | None) -> str:
+    """`line`, an error's, as `--output PATH ...` where it is an `OutputError` about the
+    command's --output (or a path in it)."""
+    path = getattr(error, "path", None)
+    if (not isinstance(error, outputs.OutputError) or path is None or output is None
+            or not line.startswith(path)):
+        return line
+    given, named = (os.path.realpath(os.path.expanduser(p)) for p in (output, path))
+    if named == given or named.startswith(given.rstrip(os.sep) + os.sep):
+        return f"--output {line}"
+    return line
+
+
 def check_output_dir(path: str, kind: str, overwrite: bool = False,
                      resume: bool = False) -> None:
     """An --output that names a directory to write as a `kind` output (`kbert.outputs.KINDS`):

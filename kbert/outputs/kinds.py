@@ -34,7 +34,15 @@ _BESIDE_VERSION = re.compile(r"\.(\d+)\.kbert-(?:lock|old|new-.+)")
 
 
 class OutputError(ValueError):
-    """An output that cannot be written as asked; the message is one line for the user."""
+    """An output that cannot be written as asked; the message is one line for the user.
+    `path`: the output the message begins with (the CLI names it `--output PATH`)."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.args[0], self.path)     # the path too, across processes
 
 
 OutputError.__module__ = "kbert.outputs"     # its public home (tracebacks, doctests)
@@ -188,18 +196,18 @@ def check(path: str | os.PathLike, kind: str, overwrite: bool = False,
     >>> check("/", "checkpoint")
     Traceback (most recent call last):
     ...
-    kbert.outputs.OutputError: --output /: refusing to write over the root directory
+    kbert.outputs.OutputError: /: refusing to write over the root directory
     """
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     path = os.fspath(path)
     why = _protected(path)
     if why:
-        raise OutputError(f"--output {path}: refusing to write over {why}")
+        raise OutputError(f"{path}: refusing to write over {why}", path=path)
     if not os.path.lexists(path):
         return
     if not os.path.isdir(path):
-        raise OutputError(f"--output {path} exists and is not a directory")
+        raise OutputError(f"{path} exists and is not a directory", path=path)
     if not os.listdir(path):
         return
     found = kind_of(path)
@@ -209,15 +217,17 @@ def check(path: str | os.PathLike, kind: str, overwrite: bool = False,
         else:                                   # kbert's SavedModel versions beside them unnamed
             strangers = sorted(n for n in os.listdir(path) if not _of_versions(path, n))
             what = f"files kbert did not write ({_describe(strangers)})"
-        raise OutputError(f"--output {path} holds {what}; choose a new or empty directory")
+        raise OutputError(f"{path} holds {what}; choose a new or empty directory", path=path)
     if not (overwrite or resume):
-        raise OutputError(f"--output {path} holds {KINDS[found]} already; pass --overwrite "
-                          f"(overwrite=True) to replace it, or choose another directory")
+        raise OutputError(f"{path} holds {KINDS[found]} already; pass --overwrite "
+                          f"(overwrite=True) to replace it, or choose another directory",
+                          path=path)
     folders = [n for n in foreign_entries(path) if os.path.isdir(os.path.join(path, n))
                and not os.path.islink(os.path.join(path, n))]
     if folders and not resume:
-        raise OutputError(f"--output {path} holds folders kbert did not write "
-                          f"({_describe(folders)}); move them out before replacing the output")
+        raise OutputError(f"{path} holds folders kbert did not write "
+                          f"({_describe(folders)}); move them out before replacing the output",
+                          path=path)
 
 
 def check_version(base: str | os.PathLike, version: int, overwrite: bool = False) -> None:
@@ -229,20 +239,22 @@ def check_version(base: str | os.PathLike, version: int, overwrite: bool = False
     >>> check_version("/", 1)
     Traceback (most recent call last):
     ...
-    kbert.outputs.OutputError: --output /: refusing to write over the root directory
+    kbert.outputs.OutputError: /: refusing to write over the root directory
     """
     base = os.fspath(base)
     try:
         check(base, "saved_model_base", resume=True)
     except OutputError:
         if kind_of(base) == "saved_model":               # a version named for its base
-            raise OutputError(f"--output {base} is a SavedModel version; give the model base "
-                              f"directory above it (BASE of BASE/<version>/)") from None
+            raise OutputError(f"{base} is a SavedModel version; give the model base "
+                              f"directory above it (BASE of BASE/<version>/)",
+                              path=base) from None
         raise
     path = os.path.join(base, str(version))
     if os.path.isdir(path) and not overwrite:
-        raise OutputError(f"--output {base} holds version {version} already; pass --overwrite "
-                          f"(overwrite=True) to replace it, or choose another version")
+        raise OutputError(f"{base} holds version {version} already; pass --overwrite "
+                          f"(overwrite=True) to replace it, or choose another version",
+                          path=base)
     check(path, "saved_model", overwrite)
 
 
@@ -250,11 +262,11 @@ def check_file(path: str | os.PathLike, overwrite: bool = False) -> None:
     """Raises `OutputError` unless `path` may be written as a file output."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise OutputError(f"--output {path} is a directory; give the file to write")
+        raise OutputError(f"{path} is a directory; give the file to write", path=path)
     if os.path.lexists(path) and not overwrite:
-        raise OutputError(f"--output {path} exists; pass --overwrite to replace it")
+        raise OutputError(f"{path} exists; pass --overwrite to replace it", path=path)
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise OutputError(f"--output {path}: the directory {parent} does not exist")
+        raise OutputError(f"{path}: the directory {parent} does not exist", path=path)
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"--output {path}: the directory {parent} is not writable")
+        raise OutputError(f"{path}: the directory {parent} is not writable", path=path)

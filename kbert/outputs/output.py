@@ -243,7 +243,7 @@ def claims(kind: str, argument: str = "output", resume: bool = False) -> Callabl
     >>> train("/")
     Traceback (most recent call last):
     ...
-    kbert.outputs.OutputError: --output /: refusing to write over the root directory
+    kbert.outputs.OutputError: /: refusing to write over the root directory
     """
     def decorate(function: _F) -> _F:
         signature = inspect.signature(function)

@@ -133,7 +133,7 @@ def test_a_version_goes_beside_kbert_s_own_and_replaces_one_only_with_overwrite(
     assert sorted(os.listdir(base)) == ["1", "2"]
     assert outputs.kind_of(base) == "saved_model_base" and outputs.kind_of(base / "2") == \
         "saved_model"
-    with pytest.raises(OutputError, match=rf"^--output {base} holds version 2 already; pass "
+    with pytest.raises(OutputError, match=rf"^{base} holds version 2 already; pass "
                                           rf"--overwrite \(overwrite=True\) to replace it"):
         _version(base, 2)
     _version(base, 2, overwrite=True, files=("saved_model.pb", "new.txt"))
@@ -146,7 +146,7 @@ def test_a_base_holding_anything_but_kbert_s_versions_is_refused(tmp_path):
     _version(base, 1)
     (base / "notes.txt").write_text("precious")
     for overwrite in (False, True):
-        with pytest.raises(OutputError, match=rf"^--output {base} holds files kbert did not "
+        with pytest.raises(OutputError, match=rf"^{base} holds files kbert did not "
                                               rf"write \(notes.txt\); choose a new or empty "
                                               rf"directory$"):
             _version(base, 2, overwrite)

@@ -296,3 +296,24 @@ def test_the_user_trains_and_loads_what_they_trained(tmp_path, encoder_dir):
         assert stat.S_IMODE(os.stat(top).st_mode) & 0o755 == 0o755
         for name in files:
             assert stat.S_IMODE(os.stat(os.path.join(top, name)).st_mode) & 0o644 == 0o644
+
+
+def test_the_python_api_names_the_path_and_the_cli_names_output(tmp_path, encoder_dir, capsys):
+    """A refusal from `save_checkpoint` or `serving.export` reads `PATH holds ...`; the same
+    refusal from a command reads `--output PATH holds ...`."""
+    from kbert import serving
+    user_dir = tmp_path / "d"
+    user_dir.mkdir()
+    (user_dir / "notes.txt").write_text("precious")
+    said = (f"{user_dir} holds files kbert did not write (notes.txt); choose a new or empty "
+            "directory")
+    clf = kbert.BertClassifier.from_checkpoint(encoder_dir, num_labels=2)
+    with pytest.raises(outputs.OutputError) as refused:
+        clf.save_checkpoint(str(user_dir))
+    assert str(refused.value) == said and refused.value.path == str(user_dir)
+    with pytest.raises(outputs.OutputError) as refused:
+        serving.export(encoder_dir, user_dir)
+    assert str(refused.value) == said
+    code, err = _one_line(capsys, ["export", encoder_dir, "--output", user_dir])
+    assert code == 2 and err == [f"kbert export: error: --output {said}"]
+    assert sorted(os.listdir(user_dir)) == ["notes.txt"]
