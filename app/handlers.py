@@ -13,12 +13,16 @@ import gradio as gr
 
 from app import examples, inference, plots
 from app import search as search_lib
-from app.registry import InputError, Registry
+from app.registry import RERANKER, InputError, Registry
 from kbert.wording import plural
 
 log = logging.getLogger("app")
 TAB_HEAD = {"fill": "mlm", "nsp": "nsp", "qa": "span", "classify": "classifier",
             "entities": "tagger", "search": "embedding"}
+# The checkpoints a tab leaves out: a cross-encoder is a classifier too, but it scores passage
+# relevance (the Search tab's reranker), so the Classify tab lists the other classifiers.
+TAB_SKIP = {"classify": RERANKER}
+OPTIONAL_TABS = ("classify", "entities", "search")   # shown only where a checkpoint fits them
 
 
 def _message(error: Exception) -> str:
@@ -185,10 +189,19 @@ def tab_models(registry: Registry, tab: str) -> list[str]:
     to first: those with the tab's head (every one where the tab needs none, or none has it).
 
     Opening the tab keeps the current model if it is in the list, else picks the list's first:
-    `Registry.default(TAB_HEAD[tab], current)`, done in the browser (app/ui.py) so that no
-    answer from the server can land after the user's next click."""
+    `Registry.default(TAB_HEAD[tab], current, TAB_SKIP.get(tab))`, done in the browser
+    (app/ui.py) so that no answer from the server can land after the user's next click."""
     head = TAB_HEAD.get(tab)
-    return (registry.with_head(head) if head else []) or registry.names
+    having = (registry.with_head(head, TAB_SKIP.get(tab)) or registry.with_head(head)
+              if head else [])
+    return having or registry.names
+
+
+def tab_shown(registry: Registry, tab: str) -> bool:
+    """Whether the page shows `tab`: an optional one (a fine-tuned head's) only where a
+    checkpoint has its head (the Classify tab: a classifier that is not a cross-encoder)."""
+    return tab not in OPTIONAL_TABS or bool(registry.with_head(TAB_HEAD[tab],
+                                                               TAB_SKIP.get(tab)))
 
 
 def attention(registry):

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from app.registry import InputError
+from app.registry import RERANKER, InputError
 
 MAX_MASKS = 10
 MAX_TOP_K = 20
@@ -247,7 +247,7 @@ def _input_note(model, n_tokens, limit):
 
 def classify(registry, name, text, text_pair=""):
     """{"scores": {label: probability} (best first) or {"score": value}, "regression", "notes"}."""
-    model = registry.require(name, "classifier")
+    model = registry.require(name, "classifier", skip=RERANKER)   # a sentiment model first
     text = _text(text, "The text")
     text_pair = (text_pair or "").strip() or None
     n = len(model.tokenizer.encode(text)) + (len(model.tokenizer.encode(text_pair)) + 1

@@ -136,28 +136,31 @@ class Registry:
             self._locks[name] = threading.Lock()
             self.models[name] = info
 
-    def with_head(self, head):
-        return [n for n, info in self.models.items() if head in info["heads"]]
+    def with_head(self, head, skip=None):
+        """The models with `head`, less those that also have `skip`."""
+        return [n for n, info in self.models.items()
+                if head in info["heads"] and (skip is None or skip not in info["heads"])]
 
-    def default(self, head=None, current=None):
-        """The model a tab starts on: `current` if it has `head`, else the first that has it
-        (else `current`, or the first model)."""
-        if current in self.models and (head is None or head in self.models[current]["heads"]):
+    def default(self, head=None, current=None, skip=None):
+        """The model a tab starts on: `current` if it has `head` (and not `skip`), else the
+        first that has it (those with `skip` only when no other has it; else `current`, or the
+        first model)."""
+        having = (self.with_head(head, skip) or self.with_head(head)) if head else []
+        if current in self.models and (head is None or current in having):
             return current
-        having = self.with_head(head) if head else []
         if having:
             return having[0]
         return current if current in self.models else (self.names or [None])[0]
 
-    def resolve(self, name, head=None):
+    def resolve(self, name, head=None, skip=None):
         """The model a call runs on: `name`, or when none is named (an API call that leaves
-        `model` out) the first checkpoint that has `head`."""
+        `model` out) the first checkpoint that has `head` (preferring one without `skip`)."""
         if name:
             return name
         if head is not None and self.models and not self.with_head(head):
             raise InputError(f"None of the served checkpoints has a {HEAD_NAMES[head]} head; "
                              f"serve one with --model DIR.")
-        return self.default(head)
+        return self.default(head, skip=skip)
 
     def check(self, name, head=None):
         """Raises InputError saying plainly that model `name` is unknown or lacks `head`."""
@@ -168,9 +171,10 @@ class Registry:
                     else "None of the loaded checkpoints has one.")
             raise InputError(f"The model '{name}' has no {HEAD_NAMES[head]} head. {hint}")
 
-    def require(self, name, head):
-        """The loaded model `name` (none named: the first with `head`), after `check`."""
-        name = self.resolve(name, head)
+    def require(self, name, head, skip=None):
+        """The loaded model `name` (none named: the first with `head`, preferring one without
+        `skip`), after `check`."""
+        name = self.resolve(name, head, skip)
         self.check(name, head)
         return self.get(name)
 

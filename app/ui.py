@@ -196,7 +196,7 @@ TABS = (("fill", "Fill mask", _fill_tab), ("nsp", "Next sentence", _nsp_tab),
         ("qa", "Question answering", _qa_tab), ("classify", "Classify", _classify_tab),
         ("entities", "Entities", _entities_tab), ("search", "Search", _search_tab),
         ("attention", "Attention", _attention_tab))
-OPTIONAL_TABS = ("classify", "entities", "search")
+OPTIONAL_TABS = handlers.OPTIONAL_TABS
 
 
 def _runs_on(registry):
@@ -229,8 +229,7 @@ def build_demo(registry):
         with gr.Tabs():
             for tab, title, build in TABS:
                 # Fine-tuned heads' tabs show only where a checkpoint has the head.
-                visible = tab not in OPTIONAL_TABS or bool(
-                    registry.with_head(handlers.TAB_HEAD[tab]))
+                visible = handlers.tab_shown(registry, tab)
                 with gr.Tab(title, id=tab, visible=visible) as page:
                     statuses[tab] = build(registry, model)
                 # Each tab starts on a checkpoint that has its head (the picker stays global).

@@ -107,11 +107,13 @@ def test_each_tab_defaults_to_a_checkpoint_with_its_head(served):
         models = handlers.tab_models(registry, tab)
         return current if current in models else models[0]
     for tab, head in handlers.TAB_HEAD.items():
+        skip = handlers.TAB_SKIP.get(tab)
         for current in [None, *registry.names]:
             chosen = opened(tab, current)
-            assert chosen == registry.default(head, current)
+            assert chosen == registry.default(head, current, skip)
             assert head in registry.info(chosen)["heads"]
-            if current and head in registry.info(current)["heads"]:
+            assert skip not in registry.info(chosen)["heads"]
+            if current in registry.with_head(head, skip):
                 assert chosen == current          # a fitting choice is kept
     assert opened("attention", names["span"]) == names["span"]
     assert opened("attention", None) == registry.names[0]
@@ -399,3 +401,32 @@ def test_a_tab_opened_before_the_page_loads_keeps_its_checkpoint(served):
                 re.compile("seven years"))
         expect(picker).to_have_value(names["embedding"])
         browser.close()
+
+
+def _config_only(path, heads, **extra):
+    """A checkpoint directory with only its config.json: enough to list it (no weights)."""
+    import json
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"hidden_size": 8, "heads": heads, **extra}))
+
+
+def test_the_classify_tab_leaves_out_the_cross_encoders(tmp_path):
+    from app import handlers
+    from app.registry import Registry, discover
+    _config_only(tmp_path / "a-reranker", {"classifier": {"labels": ["irrelevant", "relevant"]}})
+    _config_only(tmp_path / "b-converted", {"classifier": {"labels": ["score"],
+                                                           "activation": "sigmoid"}})
+    _config_only(tmp_path / "c-mlm", {"mlm": {}, "nsp": {}})
+    registry = Registry(discover(tmp_path))
+    # only cross-encoders: no Classify tab (they score passages in the Search tab)
+    assert not handlers.tab_shown(registry, "classify")
+    assert handlers.tab_shown(registry, "fill") and not handlers.tab_shown(registry, "entities")
+    _config_only(tmp_path / "d-sentiment", {"classifier": {"labels": ["negative", "positive"]}})
+    registry = Registry(discover(tmp_path))
+    assert handlers.tab_shown(registry, "classify")
+    assert handlers.tab_models(registry, "classify") == ["d-sentiment"]
+    assert registry.default("classifier", "a-reranker", handlers.TAB_SKIP["classify"]) \
+        == "d-sentiment"
+    assert registry.resolve(None, "classifier", "reranker") == "d-sentiment"   # API, no model
+    assert registry.resolve("a-reranker", "classifier", "reranker") == "a-reranker"  # named
+    assert registry.with_head("classifier") == ["a-reranker", "b-converted", "d-sentiment"]
