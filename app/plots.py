@@ -44,8 +44,13 @@ def fill_mask_html(masks):
     return f'<div class="fill-bars" style="font-size:14px">{"".join(blocks)}</div>'
 
 
+def _shown(span):
+    """Whether the answer `span` is marked: one whose score shows as 0.0000 is not an answer."""
+    return bool(span) and round(span["score"], 4) != 0
+
+
 def _marked(text, span):
-    if not span:
+    if not _shown(span):
         return html.escape(text)
     s, e = span["start"], span["end"]
     return (html.escape(text[:s]) + f'<mark class="answer" style="background:{MARK_COLOR};'
@@ -55,7 +60,7 @@ def _marked(text, span):
 
 def search_html(hits, hybrid=False, reranked=False):
     """HTML: the passages found, best first, each with its rank, score, document and place in
-    it, and the reader's answer span marked.
+    it, and the reader's answer span marked (unless its score shows as 0.0000).
 
     >>> hits = [{"rank": 1, "score": 0.71, "document": "a<b>.txt", "start": 0, "end": 9,
     ...          "text": "Paris <3.", "answer": {"text": "Paris", "score": 0.9, "start": 0,
@@ -63,6 +68,9 @@ def search_html(hits, hybrid=False, reranked=False):
     >>> page = search_html(hits)
     >>> '<mark class="answer"' in page and ">Paris</mark> &lt;3." in page and "a&lt;b&gt;" in page
     True
+    >>> hits[0]["answer"]["score"] = 0.00004                 # shows as 0.0000: not marked
+    >>> "<mark" in search_html(hits) or "answer score" in search_html(hits)
+    False
     """
     if not hits:
         return '<div class="search-results">No passage found.</div>'
@@ -71,7 +79,7 @@ def search_html(hits, hybrid=False, reranked=False):
     blocks = []
     for hit in hits:
         answer = hit.get("answer")
-        found = f' · answer score {answer["score"]:.4f}' if answer else ""
+        found = f' · answer score {answer["score"]:.4f}' if _shown(answer) else ""
         blocks.append(
             '<div class="search-hit" style="margin:8px 0 12px;padding:8px 10px;'
             'border-left:3px solid #d1d5db">'

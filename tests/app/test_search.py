@@ -241,3 +241,14 @@ def test_the_search_tabs_checkpoints_load_in_the_background_from_start_up(tmp_pa
         demo.close()
     (tmp_path / "embedding" / "config.json").unlink()
     assert search_lib.preload(Registry(discover(tmp_path))) is None
+
+
+def test_an_answer_span_scoring_zero_at_the_shown_precision_is_not_highlighted():
+    from app import plots
+    hit = {"rank": 1, "score": 0.5, "document": "a.txt", "start": 0, "end": 17,
+           "text": "Paris is in France", "answer": {"text": "Paris", "start": 0, "end": 5}}
+    for score, marked in ((0.00004, False), (0.0, False), (0.00005, True), (0.8, True)):
+        page = plots.search_html([{**hit, "answer": {**hit["answer"], "score": score}}])
+        assert ('<mark class="answer"' in page) is marked, score
+        assert ("answer score" in page) is marked, score
+        assert "is in France" in page
