@@ -166,7 +166,7 @@ def search(registry):
 
 def loading_line(role: str, name: str) -> str:
     """The Search tab's line while it waits for a checkpoint to load (once per server)."""
-    return (f"⏳ Loading the {role} {name} (once: the searches after it do not wait) …")
+    return f"Loading the {role} {name} (once: the searches after it do not wait)…"
 
 
 def _search_info(out):

@@ -208,7 +208,7 @@ def test_a_search_says_which_checkpoint_it_waits_for(tmp_path, tiny):
     steps = list(ask(None, "Who went?", "The man went to the store.", None, 3, False))
     assert [s[-1] for s in steps[:-1]] == [handlers.loading_line("retriever", "enc"),
                                            handlers.loading_line("reader", "qa")]
-    assert steps[0][-1].startswith("⏳ Loading the retriever enc")
+    assert steps[0][-1].startswith("Loading the retriever enc")
     answer, _, _, hits, info, notice = steps[-1]
     assert hits and "by enc;" in info and not notice.startswith("⚠️")
     again = list(ask(None, "Who went?", "The man went to the store.", None, 3, False))
