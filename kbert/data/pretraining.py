@@ -241,10 +241,8 @@ def _write_blocks(blocks: Iterable[tuple[Block, int]], arguments: tuple, workers
         workers = 1                             # one block: no worker start-up to pay for
     blocks = itertools.chain(first, blocks)
     shown = bar() if bar is not None and first else tqdm(disable=True)
-    try:
+    with shown:                 # an error clears the bar: its line is the output's last
         _write_each(blocks, arguments, workers, add)
-    finally:
-        shown.close()
     if not totals["instances"]:
         raise ValueError("no training instances: the input files hold no usable text "
                          f"({totals['documents']} documents read)")

@@ -450,3 +450,16 @@ def test_progress_counts_the_input_bytes_on_stderr_unless_quiet(corpus, tmp_path
                     lines[-1])
     assert last and last[1] == last[2] and last[3] == out.split()[1], lines
     assert run(capsys, *command, "--output", str(tmp_path / "q"), "--quiet") == (0, out, "")
+
+
+def test_an_error_while_writing_shards_leaves_only_its_line(corpus, tmp_path, capsys,
+                                                            monkeypatch):
+    """A shard that fails under the bar: stderr is the error's one line, no progress line."""
+    def fail(*args, **kwargs):
+        raise ValueError("the shard failed")
+    monkeypatch.setattr(pretraining, "write_block", fail)
+    paths, vocab = corpus
+    code, _, err = run(capsys, "--input", *paths, "--vocab", vocab, "--max-seq-length", "32",
+                       "--block-size", "20", "--workers", "1", "--output", str(tmp_path / "o"))
+    assert code == 2
+    assert err.splitlines() == ["kbert create-pretraining-data: error: the shard failed"]
