@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sized
@@ -52,6 +53,9 @@ def terminal(stream: IO[str]) -> bool:
         return False
 
 
+_MOVES = re.compile(r"\x1b\[\d*[A-Za-z]")
+
+
 class _Lines:
     """tqdm's file where the bar cannot be redrawn: each refresh becomes a line of its own,
     but for the first (tqdm draws the bar as it is made, at 0): a quick command's log gets
@@ -62,7 +66,7 @@ class _Lines:
         self.drawn = 0
 
     def write(self, text: str) -> None:
-        text = text.replace("\r", "").strip()
+        text = _MOVES.sub("", text.replace("\r", "")).strip()   # no cursor moves in a log
         if text:
             self.drawn += 1
             if self.drawn > 1:
@@ -112,6 +116,15 @@ def bar(iterable: Iterable[Any] | None = None, *, total: float | None = None,
     options.update(kwargs)
     return _Bar(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=leave,
                 disable=not shown(), **options)
+
+
+def clear() -> None:
+    """Clears every bar still open (one a Keras callback made, which an error in `fit` or
+    `predict` does not close), so that an error's line is not preceded by one."""
+    for shown in list(getattr(tqdm, "_instances", ())):
+        if isinstance(shown, _Bar):
+            shown.leave = False
+            shown.close()
 
 
 def echo(text: str, file: IO[str] | None = None) -> None:
@@ -224,5 +237,5 @@ def predict_callbacks(desc: str | None, total: int, batch_size: int,
     return [_PREDICT_CALLBACK(desc, total, unit)]
 
 
-__all__ = ["LOG_INTERVAL", "bar", "echo", "fit_callback", "predict_callbacks", "scalars", "show",
-           "shown", "terminal"]
+__all__ = ["LOG_INTERVAL", "bar", "clear", "echo", "fit_callback", "predict_callbacks", "scalars",
+           "show", "shown", "terminal"]

@@ -151,11 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
+        progress.clear()
         print(f"kbert {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
         if debug or not isinstance(e, expected_errors()):
             raise
+        progress.clear()
         line = output_named(e, error_line(e), getattr(args, "output", None))
         print(f"kbert {args.command}: error: {line}", file=sys.stderr)
         return 2

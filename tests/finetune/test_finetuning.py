@@ -362,3 +362,19 @@ def test_finetune_cli_ends_with_the_best_scores(tiny_init, keyword_files, tmp_pa
               os.path.join(out, "tb"))
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "is inside --output" in err, err
+
+
+def test_an_error_during_training_leaves_only_its_line(tiny_init, keyword_files, tmp_path,
+                                                       capsys, monkeypatch):
+    """Keras does not end a callback's bar when `fit` fails: the command clears it, and its
+    stderr is the error's one line."""
+    from kbert.training import curves
+
+    def fail(*args, **kwargs):
+        raise ValueError("the epoch failed")
+    monkeypatch.setattr(curves.Recorder, "on_train_batch_end", fail)
+    rc = _cli("finetune", "sst2", "--init", tiny_init, "--train", keyword_files[0], "--dev",
+              keyword_files[1], "--output", str(tmp_path / "out"), "--epochs", "1",
+              "--batch-size", "16", "--max-seq-length", "32", "--jit-compile", "off")
+    err = capsys.readouterr().err
+    assert rc == 2 and err.splitlines() == ["kbert finetune: error: the epoch failed"], err
