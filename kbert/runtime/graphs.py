@@ -247,8 +247,9 @@ def quantize(fmt: str, source: str, target: str) -> str:
 
 
 def read_manifest(directory: str) -> dict | None:
-    """The export manifest of `directory`, checked against its vocabulary and heads; None for
-    a plain checkpoint."""
+    """The export manifest of `directory`, checked against its vocabulary and heads, and each
+    graph file it lists against its size and sampled hash (`check_graph_file`); None for a
+    plain checkpoint."""
     path = os.path.join(directory, MANIFEST)
     if not os.path.isfile(path):
         return None
@@ -270,7 +271,10 @@ def read_manifest(directory: str) -> dict | None:
         raise ExportError(f"{directory}: config.json has heads {heads or 'none'} but the {fmt} "
                           f"graphs were exported with {manifest.get('heads') or 'none'}; export "
                           f"the checkpoint again")
-    manifest["folder"] = os.path.join(directory, fmt)
+    manifest["folder"] = folder = os.path.join(directory, fmt)
+    for name in manifest.get("graph_files") or {}:   # there and whole: a damaged export is
+        if name.startswith(fmt + "/"):                # refused at load, not at its first call
+            check_graph_file(folder, os.path.join(folder, name.split("/", 1)[1]))
     return manifest
 
 

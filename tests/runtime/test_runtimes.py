@@ -626,8 +626,9 @@ def test_damaged_graph_files_are_one_line(every_head, tmp_path, capsys):
         damage()
         with pytest.raises(graphs.ExportError, match=f"{graph} {message}; run `kbert export` "
                                                      f"again"):
-            kbert.load(out).embed(TEXTS)
+            kbert.load(out)                        # refused at load, not at the first call
         graph.write_bytes(good)
+    assert kbert.load(out).embed(TEXTS).shape[0] == len(TEXTS)
     graph.write_bytes(good[:len(good) // 2])
     (tmp_path / "doc.txt").write_text(TEXTS[0])
     assert cli.main(["index", "build", str(tmp_path / "doc.txt"), "--model", out, "--output",
