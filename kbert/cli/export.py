@@ -36,7 +36,9 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--version", type=positive_int, default=1,
                    help="version sub-directory (default 1, SavedModel only)")
     p.add_argument("--signatures", nargs="+", metavar="NAME",
-                   help="string signatures to write (default: all the heads allow)")
+                   help="string signatures to write, each with its NAME_ids twin (default: all "
+                        "the heads allow); NAME_ids names alone write those only, with TF core "
+                        "ops only, for a server without TF Text (clients tokenize)")
     p.add_argument("--top-k", type=positive_int, default=5,
                    help="fillers per mask / answers per question (SavedModel only)")
     p.add_argument("--max-masks", type=positive_int, default=5,

@@ -23,6 +23,10 @@ Inputs are [B] string tensors; outputs (each signature only where the checkpoint
     serving_default            the checkpoint's main task (answer, classify, tag, fill_mask,
                                next_sentence or embed, the first present)
 
+Asked for `<name>_ids` signatures only (`signatures=["fill_mask_ids"]`), the SavedModel has no
+tokenizer and uses TF core ops only: for a model server without TF Text's ops, whose clients
+tokenize themselves (`assets/vocab.txt`).
+
 Keras variables of any backend load from the checkpoint's safetensors; the graph is traced with
 the TensorFlow backend. A TensorFlow-backend process exports in-process; another backend's
 process runs this same `export` (every argument, every option, as JSON) in a Python subprocess
@@ -73,7 +77,8 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
     `kbert.checkpoint.resolve` finds) to `output/<version>/` (other versions in `output` are
     left as they are; an existing `<version>` is replaced only with `overwrite`).
 
-    signatures: the string signatures to write (default: every one the heads allow).
+    signatures: the string signatures to write (default: every one the heads allow), each
+        with its `<name>_ids` twin; `<name>_ids` names alone write those only (TF core ops).
     options: the post-processing settings (`ExportOptions`; default: its defaults).
     dtype: the encoder's precision, "float32" (default), "bfloat16" or "auto" (bfloat16 where
         the CPU runs it natively); the heads and post-processing stay float32.
@@ -102,10 +107,13 @@ def export(checkpoint_dir: str | os.PathLike, output: str | os.PathLike, version
     available = signatures_for(ckpt.heads)
     names = list(signatures or available)
     for name in names:
-        if name not in HEAD_OF:
-            raise ExportError(f"unknown signature {name!r}; choose from {', '.join(HEAD_OF)}")
-        if name not in available:
-            raise ExportError(f"checkpoint {checkpoint_dir} has no '{HEAD_OF[name]}' head for "
+        task = name.removesuffix("_ids") if name != "classify_pair" else name
+        if task not in HEAD_OF or name == "classify_pair_ids":
+            ids = ", ".join(n + "_ids" for n in MAIN_ORDER)
+            raise ExportError(f"unknown signature {name!r}; choose from {', '.join(HEAD_OF)}, "
+                              f"or a task's ids-only one ({ids})")
+        if task not in available:
+            raise ExportError(f"checkpoint {checkpoint_dir} has no '{HEAD_OF[task]}' head for "
                               f"the {name} signature (it has: {', '.join(ckpt.heads) or 'none'})")
     if not names:
         raise ExportError(f"checkpoint {checkpoint_dir}: no exportable head")
@@ -124,10 +132,11 @@ def _write(ckpt: checkpoint_lib.Checkpoint, names: Sequence[str], output: str, v
         sig = Signatures(ckpt, options)
         root = tf.Module()
         root.weights = sig.variables
-        root.wordpiece = sig.tokenizer.graph.wordpiece            # its vocabulary table
-        root.vocab = tf.saved_model.Asset(os.path.join(ckpt.path, "vocab.txt"))
         traced = list(dict.fromkeys(n for name in names for n in (
-            [name] if name == "classify_pair" else [name, f"{name}_ids"])))
+            [name] if name == "classify_pair" or name.endswith("_ids") else [name, f"{name}_ids"])))
+        if not all(n.endswith("_ids") for n in traced):    # ids only: TF core ops only
+            root.wordpiece = sig.tokenizer.graph.wordpiece         # its vocabulary table
+        root.vocab = tf.saved_model.Asset(os.path.join(ckpt.path, "vocab.txt"))
         functions = {}
         with progress.bar(total=len(traced) + 1, desc=f"export: tracing {traced[0]}",
                           unit="step") as shown:
@@ -136,7 +145,8 @@ def _write(ckpt: checkpoint_lib.Checkpoint, names: Sequence[str], output: str, v
                 functions[name] = sig.concrete(name)
                 shown.update(1)
             functions["serving_default"] = functions[
-                next(n for n in MAIN_ORDER if n in functions)]
+                next(n for n in MAIN_ORDER + tuple(m + "_ids" for m in MAIN_ORDER)
+                     if n in functions)]
 
             shown.set_description_str("export: saving", refresh=False)
             tmp = out.staging()         # `.<version>.kbert-new-*`: not numeric, Serving skips it
