@@ -135,3 +135,50 @@ def test_a_killed_export_stops_its_converter(tmp_path, encoder_dir, monkeypatch)
     assert cli.main([str(a) for a in argv]) == 0
     assert sorted(os.listdir(tmp_path)) == ["cache", "onnx"]
     assert kbert.load(str(out)).embed(["milk"]).shape == (1, 128)
+
+
+# `kbert index build ...` that says on stdout when it starts splitting a text into passages.
+_SPLITTING = """
+import sys
+from kbert.retrieval import passages
+from kbert import cli
+split = passages.split_passages
+def announced(*args, **kwargs):
+    print("splitting", flush=True)
+    out = split(*args, **kwargs)
+    print("split", flush=True)
+    return out
+passages.split_passages = announced
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_while_a_long_single_line_text_is_split_stops_the_command(tmp_path,
+                                                                         encoder_dir):
+    """Ctrl-C (SIGINT) a second into splitting a 5 MB single-line text into passages: the
+    command stops in well under the 5 s allowed here (each tokenizer call takes ~16k
+    characters, ~0.25 s; it ignored Ctrl-C for minutes when the text went in one call), says
+    it was interrupted, and leaves no index."""
+    words = "the quick brown fox jumps over the lazy dog and it was good . "
+    run = "x" * 2000 + " "                       # a long run: TensorFlow's offsets route
+    text = (words * 40 + run) * (5_000_000 // (len(words) * 40 + len(run)))
+    (tmp_path / "big.txt").write_text(text.replace("\n", " "))
+    out = tmp_path / "idx"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SPLITTING, "index", "build", str(tmp_path / "big.txt"),
+         "--model", encoder_dir, "--output", str(out), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "splitting"
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        rest, err = process.communicate(timeout=60)
+        waited = time.monotonic() - sent
+    finally:
+        process.kill()
+    assert process.returncode == 130, err[-2000:]
+    assert "split" not in rest                   # stopped while splitting
+    assert err.strip().splitlines()[-1] == "kbert index: interrupted"
+    assert waited < 5.0, f"the command took {waited:.1f} s to stop"
+    assert not out.exists()
