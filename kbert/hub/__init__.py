@@ -46,15 +46,15 @@ def resolve(name_or_path: str | os.PathLike, *, revision: str | None = None,
         saying it is not.
     """
     name = os.fspath(name_or_path)
-    if not is_address(name) or (not name.startswith((addresses.HF, addresses.KAGGLE))
-                                and _local(name)):
+    if not name.startswith((addresses.HF, addresses.KAGGLE)):
         try:
-            return checkpoint_files.resolve(name)
+            return checkpoint_files.resolve(name)       # a folder or a shipped name wins
         except checkpoint_files.CheckpointError as e:
-            hint = ("; a Hugging Face Hub repository is written hf://ORG/NAME"
-                    if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not os.path.exists(name)
-                    else "")
-            raise checkpoint_files.CheckpointError(f"{e}{hint}") from None
+            if not is_address(name):
+                hint = ("; a Hugging Face Hub repository is written hf://ORG/NAME"
+                        if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not os.path.exists(name)
+                        else "")
+                raise checkpoint_files.CheckpointError(f"{e}{hint}") from None
     address = parse(name, revision)
     assert address is not None               # `is_address` said it is one
     top = cache.root(cache_dir)
@@ -64,8 +64,7 @@ def resolve(name_or_path: str | os.PathLike, *, revision: str | None = None,
     if address.scheme == "kaggle":
         folder, commit, source = _kaggle(address)
     else:
-        downloads = os.path.join(os.fspath(cache_dir), "downloads") if cache_dir else None
-        snapshot = fetch.fetch(address, token=token, cache_dir=downloads,
+        snapshot = fetch.fetch(address, token=token, cache_dir=_downloads(cache_dir),
                                local_files_only=local_files_only)
         folder, commit = snapshot.folder, snapshot.commit
         source = "hf" if snapshot.format == "transformers" else "keras-hub"
@@ -88,8 +87,7 @@ def download(name: str, *, revision: str | None = None, token: str | None = None
     address = parse(name, revision)
     if address is None or address.scheme != "hf":
         raise HubError(f"{name}: not a Hugging Face Hub address (hf://ORG/NAME)")
-    downloads = os.path.join(os.fspath(cache_dir), "downloads") if cache_dir else None
-    return fetch.fetch(address, token=token, cache_dir=downloads,
+    return fetch.fetch(address, token=token, cache_dir=_downloads(cache_dir),
                        local_files_only=local_files_only)
 
 
@@ -121,9 +119,8 @@ def _remove_downloads(address: Address, cache_dir: str | os.PathLike | None) -> 
     """huggingface_hub's cached revisions of `address`'s repository (the pinned commit's
     only, for a pinned address), removed through huggingface_hub's own cache API."""
     hub = fetch.client()
-    folder = os.path.join(os.fspath(cache_dir), "downloads") if cache_dir else None
     try:
-        info = hub.scan_cache_dir(folder)
+        info = hub.scan_cache_dir(_downloads(cache_dir))
     except hub.errors.CacheNotFound:
         return []
     hashes = [r.commit_hash for repo in info.repos if repo.repo_id == address.repo
@@ -135,13 +132,9 @@ def _remove_downloads(address: Address, cache_dir: str | os.PathLike | None) -> 
     return sorted(str(p) for p in strategy.repos | strategy.snapshots)
 
 
-def _local(name: str) -> bool:
-    """Whether a bare name is a local directory or a shipped checkpoint (which win)."""
-    try:
-        checkpoint_files.resolve(name)
-    except checkpoint_files.CheckpointError:
-        return False
-    return True
+def _downloads(cache_dir: str | os.PathLike | None) -> str | None:
+    """huggingface_hub's cache folder for `cache_dir` (None: its own default)."""
+    return os.path.join(os.fspath(cache_dir), "downloads") if cache_dir else None
 
 
 def _kaggle(address: Address) -> tuple[str, str, str]:

@@ -91,10 +91,18 @@ def cached(address: Address, top: str) -> str | None:
     if problem is None:
         return path
     with outputs.locked(path, wait=True):
-        if outputs.kind_of(path) == "checkpoint" and damage(path):
+        if damage(path) and _discard(path):
             print(f"kbert: {path}: {problem}; converting {address} again", file=sys.stderr)
-            shutil.rmtree(path)
     return None
+
+
+def _discard(path: str) -> bool:
+    """Removes a damaged converted checkpoint of kbert's (the caller holds its lock); whether
+    there was one."""
+    if outputs.kind_of(path) != "checkpoint":
+        return False
+    shutil.rmtree(path)
+    return True
 
 
 def damage(path: str) -> str | None:
@@ -127,8 +135,7 @@ def convert(snapshot_folder: str, source: str, address: Address, commit: str, to
         outputs.recover(path)
         if os.path.isfile(os.path.join(path, "config.json")) and damage(path) is None:
             return path
-        if outputs.kind_of(path) == "checkpoint":
-            shutil.rmtree(path)                   # a damaged one of ours
+        _discard(path)                            # a damaged one of ours
         with progress.bar(total=1, desc=f"converting {address}", unit="model") as bar:
             convert_lib.convert(source, snapshot_folder, path, overwrite=False,
                                 model_card=_model_card(address, commit, revision))
