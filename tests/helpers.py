@@ -112,3 +112,36 @@ def uncased_tokenizer():
 PASSAGES = ["he bought milk at the store .", "the cat sat on the mat .",
             "paris is the capital of france .", "the quick brown fox jumps over the lazy dog .",
             "a man went to the store and it was good .", "the dog was bad !"]
+
+
+def start_server(args, log_path, timeout=240):
+    """`python -m kbert serve ARGS` on a free 127.0.0.1 port, once /ready answers:
+    (process, base URL). Fails the test with the server's stderr if it exits or is not ready
+    in `timeout` seconds."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(log_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "kbert", "serve", *args, "--port",
+                                 str(port)], stdout=subprocess.DEVNULL, stderr=err)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"kbert serve exited {proc.returncode}: "
+                        f"{pathlib.Path(log_path).read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    pytest.fail(f"kbert serve was not ready in {timeout} s: "
+                f"{pathlib.Path(log_path).read_text()[-2000:]}")

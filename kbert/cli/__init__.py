@@ -14,6 +14,7 @@ call into kbert), in the module named after what it calls:
     export.py       export                           (kbert.serving, kbert.runtime.graphs)
     cache.py        cache list|remove                (kbert.hub)
     app.py          app                              (the playground, app/)
+    serve.py        serve                            (kbert.server)
     experiments.py  experiments                      (kbert.experiments)
 
 Any error the library raises for bad input becomes one line on stderr, `kbert COMMAND: error:
@@ -47,6 +48,7 @@ from kbert.cli import (  # noqa: E402  (after the environment TensorFlow reads)
     finetune,
     pretrain,
     retrieval,
+    serve,
 )
 from kbert.cli.common import (  # noqa: E402
     CliError,
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (convert.add_convert, data.add_build_vocab, data.add_create_pretraining_data,
                 pretrain.add_pretrain, data.add_data_service, finetune.add_finetune,
-                finetune.add_evaluate, export.add_export, app.add_app,
+                finetune.add_evaluate, export.add_export, serve.add_serve, app.add_app,
                 experiments.add_experiments, retrieval.add_index, cache.add_cache):
         add(sub)
     for command in _subcommands(sub):           # `kbert COMMAND ... --debug` works too
