@@ -81,6 +81,7 @@ import json
 import os
 import random
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -539,7 +540,8 @@ def servers_to_run(args, work, venvs):
     out = []
     if "kbert" in args.servers:
         cmd = [os.path.join(bin_dir, "kbert"), "serve", MODEL, "--port", "{port}",
-               "--runtime", args.kbert_runtime, "--dtype", args.kbert_dtype]
+               "--runtime", args.kbert_runtime, "--dtype", args.kbert_dtype,
+               *shlex.split(args.kbert_args)]
         out.append(("kbert", None, Server("kbert", cmd, work, {**os.environ, **QUIET},
                                           *ROUTES["kbert"], os.path.join(work, "kbert.log"))))
     if "infinity" in args.servers:
@@ -640,6 +642,8 @@ def parse_args():
                         "the CPU has native bfloat16)")
     p.add_argument("--kbert-runtime", default="auto", help="kbert serve --runtime")
     p.add_argument("--kbert-dtype", default="auto", help="kbert serve --dtype")
+    p.add_argument("--kbert-args", default="",
+                   help="more options of kbert serve, e.g. \"--batch-timeout-ms 1\"")
     p.add_argument("--venvs", default=os.path.expanduser("~/.cache/kbert-bench/venvs"),
                    help="where the infinity and locust venvs are (made if absent)")
     p.add_argument("--start-timeout", type=float, default=300,

@@ -45,10 +45,10 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
                    help="copies of the models, each running one batch at a time")
     p.add_argument("--max-batch-tokens", type=positive_int, default=16384,
                    help="the token budget of one batch of merged requests")
-    p.add_argument("--batch-timeout-ms", type=float, default=0.0,
-                   help="wait this long for more requests before a batch under budget (TF "
-                        "Serving's batch_timeout_micros; 0: requests that arrive while a batch "
-                        "runs form the next one)")
+    p.add_argument("--batch-timeout-ms", type=float, default=2.0,
+                   help="while requests come concurrently, a batch under budget waits this long "
+                        "for more (TF Serving's batch_timeout_micros; a lone request never "
+                        "waits; 0: no wait)")
     p.add_argument("--max-queued", type=positive_int, default=4096,
                    help="inputs that may wait; beyond, requests are refused at once (429; 503 "
                         "on :predict)")

@@ -8,10 +8,13 @@ list in ONE thread (one inference at a time per replica: the runtime already use
 a second concurrent pass would only slow both), and hands each job its slice of the results.
 `kbert.load`'s methods then sort the merged list by length and cut it into batches themselves.
 
-No fixed wait by default (`max_wait` 0): jobs that arrive while a batch runs form the next one,
-so a lone request is not delayed and a busy server batches by itself ("continuous batching").
-TF Serving's `batch_timeout_micros` is `max_wait`: waiting that long for more jobs before a
-batch that is not full.
+Jobs that arrive while a batch runs form the next one ("continuous batching"). While requests
+come concurrently (the last batch merged several), the next batch also waits up to `max_wait`
+(2 ms) from its oldest job for more to join, as TF Serving's `batch_timeout_micros` does:
+clients answered by one batch send their next requests a moment after it ends, and without the
+wait they would miss the next batch and split the load into small ones (measured: +10-15%
+requests/s at 8 and 32 concurrent clients). A lone request (the last batch held one job) never
+waits; the first after a burst may wait once.
 
 A full queue (`max_queued` items waiting) refuses at once (`QueueFull`); a job whose client
 went away before its batch ran is dropped; a merged call that fails is run again job by job,
@@ -58,12 +61,12 @@ class Batcher:
     """Merges concurrent jobs of the same key into one call, one call at a time.
 
     max_tokens: the token budget of one merged call (an estimate: `cost` of the jobs).
-    max_wait: seconds to wait for more jobs before running a batch under budget (default 0).
+    max_wait: seconds a batch under budget waits for more jobs while requests come concurrently.
     max_queued: items that may wait; more is `QueueFull`.
     on_batch: called with a `BatchStats` after each batch (the metrics).
     """
 
-    def __init__(self, max_tokens: int = 16384, max_wait: float = 0.0, max_queued: int = 4096,
+    def __init__(self, max_tokens: int = 16384, max_wait: float = 0.002, max_queued: int = 4096,
                  on_batch: Callable[[BatchStats], None] | None = None) -> None:
         self.max_tokens, self.max_wait, self.max_queued = max_tokens, max_wait, max_queued
         self.on_batch = on_batch
@@ -74,6 +77,7 @@ class Batcher:
         # one thread: one inference at a time
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbert-infer")
         self.running = 0
+        self._last_jobs = 0
 
     @property
     def depth(self) -> int:
@@ -129,13 +133,14 @@ class Batcher:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
-                if self.max_wait > 0:
+                if self.max_wait > 0 and self._last_jobs > 1:
                     oldest = self._queue[0].queued_at
                     delay = self.max_wait - (time.perf_counter() - oldest)
                     if delay > 0 and sum(j.cost for j in self._queue) < self.max_tokens:
                         await asyncio.sleep(delay)
                 batch = self._take()
                 if batch:
+                    self._last_jobs = len(batch)
                     self.running = sum(len(j.items) for j in batch)
                     try:
                         await self._run(loop, batch)

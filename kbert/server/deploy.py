@@ -59,6 +59,12 @@ def _ray_environment(folder: str) -> None:
         "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
         "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # Ray runs its workers at nice 15, the replica with them: under load it would yield
+        # the cores to any other process (the load tool, a neighbour). Serving is the work here.
+        "RAY_worker_niceness": "0",
+        # Ray Serve's controller checks its deployments 10 times a second by default: on two
+        # cores that is CPU the replica wants; twice a second is plenty for one machine.
+        "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
         "RAY_DEDUP_LOGS": "0",
     }
     for key, value in defaults.items():

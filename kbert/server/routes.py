@@ -499,13 +499,14 @@ class Api:
                 raise HTTPError(400, "\"dimensions\": this model's vectors have one size, "
                                      f"{s.model.config.hidden_size}")
             texts, _ = _texts(body, "input", self.limits)
-            tokens = sum(s.cost(t) for t in texts)
-            out = await self.state.run(s.name, "embed", (True, None), texts,
-                                       lambda xs: list(s.model.embed(xs, normalize=True)),
-                                       tokens)
+            out = await self.state.run(s.name, "embed", (True, None, "usage"), texts,
+                                       lambda xs: list(zip(s.model.embed(xs, normalize=True),
+                                                           s.tokens(xs))),
+                                       sum(s.cost(t) for t in texts))
+            tokens = sum(n for _, n in out)
             return {"object": "list", "data": [
                 {"object": "embedding", "index": i, "embedding": _vector(v, fmt)}
-                for i, v in enumerate(out)], "model": s.name,
+                for i, (v, _) in enumerate(out)], "model": s.name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         return await self.timed("embeddings", lambda: name, go)
 

@@ -80,6 +80,13 @@ class ModelServable:
         token, cut at the model's longest input; the batcher's budget is counted in it."""
         return min(self.max_seq_length, sum(len(t) // 4 + 1 for t in texts) + 2)
 
+    def tokens(self, texts: list[str]) -> list[int]:
+        """The tokens `embed` reads of each text ([CLS] and [SEP] included, cut where it cuts):
+        OpenAI's `usage`."""
+        limit = self.model.embedding_defaults["max_seq_length"]
+        return [min(limit, len(ids) + 2)
+                for ids in self.model.tokenizer.encode_batch(texts, mask_literal=False)]
+
     def prepare(self) -> None:
         self.model.prepare()
 

@@ -24,7 +24,7 @@ class ServeConfig:
     dtype: str | None = "auto"
     threads: int | None = None
     max_batch_tokens: int = 16384
-    batch_timeout_ms: float = 0.0
+    batch_timeout_ms: float = 2.0
     max_queued: int = 4096
     limits: Limits = field(default_factory=Limits)
     prepare: bool = True
