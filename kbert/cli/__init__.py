@@ -34,6 +34,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -124,18 +125,28 @@ def error_line(error: BaseException) -> str:
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (`kill`, a scheduler's stop) unwinds the command as Ctrl-C does, so a writer
     removes what it had half-written and stops its child processes; Python's default would
-    end the process on the spot. Only where no handler of the caller's is installed."""
+    end the process on the spot. Both also mark the command interrupted
+    (`progress.interrupt`): a KeyboardInterrupt that Python swallows (raised in a
+    garbage-collector callback) still stops a long loop at its next step. Only where no
+    handler of the caller's is installed."""
     def interrupt(signum: int, frame: object) -> None:
+        progress.interrupt()
         raise KeyboardInterrupt
-    main_thread = threading.current_thread() is threading.main_thread()
-    if not main_thread or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    progress.interrupt(False)
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.signal(signal.SIGTERM, interrupt)
+    defaults: dict[signal.Signals, Any] = {signal.SIGTERM: signal.SIG_DFL,
+                                           signal.SIGINT: signal.default_int_handler}
+    mine = [s for s, default in defaults.items() if signal.getsignal(s) is default]
+    for s in mine:
+        signal.signal(s, interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for s in mine:
+            signal.signal(s, defaults[s])
+        progress.interrupt(False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

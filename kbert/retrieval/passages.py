@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from kbert import progress
 from kbert.jsonl import json_lines, not_utf8
 
 if TYPE_CHECKING:   # type-only: the tokenizer needs TensorFlow
@@ -104,6 +105,7 @@ def _calls(tokenize: Callable[[list[str]], list], texts: list[str]) -> list:
     size = 0
     for text in texts:
         if group and size + len(text) > CHUNK_CHARS:
+            progress.check_interrupt()              # Ctrl-C acts between two calls
             out += tokenize(group)
             group, size = [], 0
         group.append(text)
