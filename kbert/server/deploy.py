@@ -72,6 +72,17 @@ def _ray_environment(folder: str) -> None:
     os.makedirs(os.path.join(folder, "h"), exist_ok=True)
 
 
+def _raise_open_files_limit() -> None:
+    """A connection is a file: the soft limit on open files (often 1,024) up to the hard one,
+    for this process and the Ray processes it starts, as a server needs."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 65536 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
 def _short_temp_dir() -> str:
     """Where this server's folder goes: the temp dir, or /tmp where its path is long (HAProxy
     adds a 56-character folder and takes a socket path of at most 97 bytes)."""
@@ -89,6 +100,7 @@ def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8501, replic
     config.models = [f"{name}={path}" for name, path in named.items()]
     if config.index is not None and not os.path.isdir(config.index):
         raise ServeError(f"--index {config.index}: no such directory")
+    _raise_open_files_limit()
     # Ray's files (sockets, logs) in a folder of this server's: short (a socket path is at most
     # 107 bytes) and the user's own (a shared /tmp/ray may be another user's).
     with tempfile.TemporaryDirectory(prefix="kbs-", dir=_short_temp_dir()) as folder:

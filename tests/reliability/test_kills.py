@@ -139,7 +139,11 @@ def test_a_killed_export_stops_its_converter(tmp_path, encoder_dir, monkeypatch)
 
 # `kbert index build ...` that says on stdout when it starts splitting a text into passages.
 _SPLITTING = """
+import signal
 import sys
+# Ctrl-C as at a terminal: a command started in the background by a shell (`make test &`)
+# inherits SIGINT ignored, and Python keeps it ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from kbert.retrieval import passages
 from kbert import cli
 split = passages.split_passages
