@@ -30,7 +30,8 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
                    help="the address to listen on; 0.0.0.0 serves every network this machine is "
                         "on (your choice: there is no authentication)")
     p.add_argument("--port", type=positive_int, default=8501, help="the HTTP port")
-    p.add_argument("--index", help="a `kbert index` folder for POST /search and /ask")
+    p.add_argument("--index", help="a `kbert index` folder for POST /search and /ask "
+                                    "(default: none, those routes answer 404)")
     p.add_argument("--reader", help="the served model /ask reads with (default: the first with "
                                     "a span head)")
     p.add_argument("--reranker", help="the served model /ask reranks with (default: none)")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import REPO
 from kbert.server.state import ServeConfig, build_state
 
 
@@ -32,7 +33,7 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("tfserving")
     half = half_plus_three(root / "saved_model_half_plus_three")
     from kbert import serving
-    serving.export("saved_models/minilm-l6-mlm-nsp", str(root / "bert"), version=2,
+    serving.export(str(REPO / "saved_models" / "minilm-l6-mlm-nsp"), str(root / "bert"), version=2,
                    signatures=["embed", "fill_mask", "next_sentence"])
     state = build_state(ServeConfig(models=[f"half_plus_three={half}", str(root / "bert")],
                                     prepare=False))
