@@ -411,8 +411,12 @@ def onnx_folder(venv, source, venvs, log_path):
     if os.path.isfile(os.path.join(target, "model.onnx")):
         return target
     print(f"exporting {source} to ONNX in {target} (log: {log_path})", flush=True)
-    partial = target + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    # written into a new folder of this run's beside the target, then renamed into place
+    partial = tempfile.mkdtemp(prefix=".onnx-", dir=os.path.dirname(target))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(partial, 0o777 & ~umask)                       # as the user's umask says
     env = {**os.environ, **QUIET}
     with open(log_path, "w") as log:
         done = subprocess.run([os.path.join(venv, "bin", "optimum-cli"), "export", "onnx",
@@ -420,6 +424,7 @@ def onnx_folder(venv, source, venvs, log_path):
                                "--library-name", "transformers", partial],
                               stdout=log, stderr=subprocess.STDOUT, env=env)
     if done.returncode or not os.path.isfile(os.path.join(partial, "model.onnx")):
+        shutil.rmtree(partial, ignore_errors=True)          # the folder this call made
         sys.exit(f"the ONNX export failed: {last_line(log_path)}")
     os.replace(partial, target)
     return target

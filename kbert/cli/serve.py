@@ -63,8 +63,7 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> None:
     try:
         from kbert.server import deploy
-        from kbert.server.routes import Limits
-        from kbert.server.state import ServeConfig
+        from kbert.server.state import Limits, ServeConfig
     except ModuleNotFoundError as e:
         raise CliError(f"kbert serve needs {e.name}: pip install 'kbert[serve]'") from None
     if args.batch_timeout_ms < 0:

@@ -5,10 +5,11 @@
     tfserving.py  TF Serving's REST API on a SavedModel: :predict, status, metadata, b64
     batcher.py    the dynamic batcher: concurrent requests of one method become one call, one
                   call at a time per replica, a bounded queue
+    inputs.py     a request's JSON body read within the limits, its fields checked
     routes.py     the FastAPI app: TF Serving's routes, the methods, search, OpenAI's
                   /v1/embeddings, /health, /ready, /metrics
     metrics.py    the Prometheus metrics
-    state.py      `ServeConfig` → the loaded state a replica serves
+    state.py      `ServeConfig` → `ServerState`, what a replica serves; `Limits`, `HTTPError`
     replica.py    the Ray Serve deployment (imports Ray)
     deploy.py     `serve`: a local Ray cluster, the ingress on HOST:PORT, a graceful stop
 
@@ -24,7 +25,7 @@ _LAZY = {
     "ServeConfig": "kbert.server.state",
     "build_state": "kbert.server.state",
     "make_app": "kbert.server.routes",
-    "Limits": "kbert.server.routes",
+    "Limits": "kbert.server.state",
     "ServeError": "kbert.server.servables",
 }
 __all__ = list(_LAZY)

@@ -52,7 +52,6 @@ class BatchStats:
     key: tuple
     jobs: int
     items: int
-    cost: int
     seconds: float
     waited: list[float]
 
@@ -76,8 +75,12 @@ class Batcher:
         self._worker: asyncio.Task | None = None
         # one thread: one inference at a time
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbert-infer")
-        self.running = 0
-        self._last_jobs = 0
+        self._last_jobs = 0          # jobs in the last batch: >1 means requests come concurrently
+
+    @property
+    def alive(self) -> bool:
+        """Whether the worker runs or has not started yet (not stopped by an error)."""
+        return self._worker is None or not self._worker.done() or self._worker.cancelled()
 
     @property
     def depth(self) -> int:
@@ -141,11 +144,7 @@ class Batcher:
                 batch = self._take()
                 if batch:
                     self._last_jobs = len(batch)
-                    self.running = sum(len(j.items) for j in batch)
-                    try:
-                        await self._run(loop, batch)
-                    finally:
-                        self.running = 0
+                    await self._run(loop, batch)
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[Job]) -> None:
         started = time.perf_counter()
@@ -167,7 +166,6 @@ class Batcher:
                         _fail(job, e)
         if self.on_batch is not None:
             self.on_batch(BatchStats(batch[0].key, len(batch), len(items),
-                                     sum(j.cost for j in batch),
                                      time.perf_counter() - started,
                                      [started - j.queued_at for j in batch]))
 

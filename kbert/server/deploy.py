@@ -58,6 +58,11 @@ def _ray_environment(folder: str) -> None:
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": os.path.join(folder, "h", "server-state"),
         "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
         "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
+        # HAProxy's own stats page and Prometheus frontend: fixed ports (8404, 9101) by
+        # default, which a second server on the machine cannot bind. Ray's template binds
+        # them on every interface (it has no host setting): docs/serving.md says so.
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port("")),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port("")),
         "RAY_USAGE_STATS_ENABLED": "0",
         # Ray runs its workers at nice 15, the replica with them: under load it would yield
         # the cores to any other process (the load tool, a neighbour). Serving is the work here.
@@ -119,10 +124,8 @@ def _signals(folder: str) -> tuple[threading.Event, Callable[[], None]]:
 
     def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():
-            for pid in _processes(folder):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            shutil.rmtree(folder, ignore_errors=True)
+            _stop_leftovers(folder, grace=0)
+            shutil.rmtree(folder, ignore_errors=True)      # this server's own temp folder
             os._exit(130)
         stop.set()
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -166,14 +169,15 @@ def _drain_ingress(folder: str, seconds: float) -> bool:
     return True
 
 
-def _stop_leftovers(folder: str) -> None:
+def _stop_leftovers(folder: str, grace: float = 5.0) -> None:
     """Ends the processes Ray started for this server that outlive `ray.shutdown` (its HAProxy
-    does): those whose command line names this server's folder."""
+    does): those whose command line names this server's folder. SIGTERM, then SIGKILL to those
+    still alive after `grace` seconds."""
     mine = _processes(folder)
     for pid in mine:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + grace
     while mine and time.monotonic() < deadline:
         mine = [p for p in mine if _state(p) not in "ZX"]
         time.sleep(0.1)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ray import serve
 
-from kbert.server.state import ServeConfig, build_state
+from kbert.server.state import Limits, ServeConfig, build_state
 
 
 @serve.ingress()
@@ -28,8 +28,7 @@ class KbertReplica:
 
     def check_health(self) -> None:
         """Ray Serve's health check: the batcher's worker is alive or not yet started."""
-        worker = self.state.batcher._worker
-        if worker is not None and worker.done() and not worker.cancelled():
+        if not self.state.batcher.alive:
             raise RuntimeError("the batcher stopped")
 
     async def __del__(self) -> None:
@@ -42,7 +41,6 @@ def app_builder(args: dict) -> Any:
     (`import_path: kbert.server.replica:app_builder`), for a Ray cluster (a RayService on
     Kubernetes: deploy/rayservice.yaml). `args` are `ServeConfig`'s fields: {"models": [...],
     "index": ..., "max_batch_tokens": ...}; `num_replicas` sets the replicas."""
-    from kbert.server.routes import Limits
     args = dict(args)
     replicas = int(args.pop("num_replicas", 1))
     limits = Limits(**{k: args.pop(k) for k in ("max_body", "max_inputs") if k in args})

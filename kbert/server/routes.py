@@ -27,10 +27,8 @@ the queue is full, 503 while stopping.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,9 +37,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kbert.server.batcher import Batcher, QueueFull
-from kbert.server.metrics import Metrics
-from kbert.server.servables import METHOD_HEADS, ModelServable, describe_savedmodel
+from kbert.server.batcher import QueueFull
+from kbert.server.inputs import json_object, option, positive, read_json, texts_field
+from kbert.server.servables import ModelServable
+from kbert.server.state import HTTPError, ServerState
 from kbert.server.tfserving import (
     SavedModelServable,
     TFServingError,
@@ -50,152 +49,11 @@ from kbert.server.tfserving import (
 )
 
 
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass
-class Limits:
-    """What one request may ask: `max_body` bytes, `max_inputs` texts (or pairs)."""
-    max_body: int = 8 * 1024 * 1024
-    max_inputs: int = 1024
-
-
-@dataclass
-class ServerState:
-    servables: dict[str, Any]
-    batcher: Batcher
-    metrics: Metrics
-    limits: Limits = field(default_factory=Limits)
-    index: Any = None                  # a kbert.retrieval.Index (--index)
-    encoder: Any = None                # the model the index was built with
-    reader: str | None = None          # the served model /ask reads with
-    reranker: str | None = None        # the served model /ask reranks with
-    stopping: bool = False
-
-    def model(self, method: str, name: Any) -> ModelServable:
-        """The served model that runs `method`: the one named, else the first served (in the
-        command line's order) that can."""
-        if name is not None and not isinstance(name, str):
-            raise HTTPError(400, "\"model\" must be a string (a served model's name)")
-        if name is not None:
-            servable = self.servables.get(name)
-            if servable is None:
-                raise HTTPError(404, f"no model named {name!r} is served (served: "
-                                     f"{', '.join(self.servables)})")
-            if not isinstance(servable, ModelServable):
-                raise HTTPError(400, f"{name} is a SavedModel: POST /v1/models/{name}:predict")
-            if method not in servable.methods:
-                need = " or ".join(repr(h) for h in METHOD_HEADS[method] or ())
-                raise HTTPError(400, f"{method}: model {name} has no {need} head (it has: "
-                                     f"{', '.join(servable.heads) or 'no heads'})")
-            return servable
-        able = [s for s in self.servables.values()
-                if isinstance(s, ModelServable) and method in s.methods]
-        if not able:
-            raise HTTPError(404, f"{method}: no served model can ({_served(self)})")
-        return able[0]
-
-    async def run(self, servable_name: str, method: str, options: tuple, items: list,
-                  call: Callable[[list], Any], cost: int) -> list:
-        if self.stopping:
-            raise HTTPError(503, "the server is stopping")
-        try:
-            return await self.batcher.submit((servable_name, method, options), items, call, cost)
-        except QueueFull as e:
-            raise HTTPError(429, str(e)) from None
-
-
-def _served(state: ServerState) -> str:
-    return "served: " + ", ".join(f"{n} ({s.kind})" for n, s in state.servables.items())
-
-
-# --- request reading -------------------------------------------------------------------------
-async def read_json(request: Any, limits: Limits) -> Any:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limits.max_body:
-        raise HTTPError(413, f"the request is {int(length)} bytes; at most {limits.max_body} "
-                             "(--max-request-bytes)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limits.max_body:
-            raise HTTPError(413, f"the request is over {limits.max_body} bytes "
-                                 "(--max-request-bytes)")
-    if not body:
-        raise HTTPError(400, "the request has no body; send a JSON object")
-    try:
-        import orjson
-        return orjson.loads(bytes(body))
-    except Exception:        # noqa: BLE001  (orjson refuses NaN/Infinity, which TF Serving takes)
-        try:
-            return json.loads(bytes(body))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise HTTPError(400, f"the body is not valid JSON: {e}") from None
-
-
-def _object(body: Any, allowed: set[str], required: Sequence[str] = ()) -> dict:
-    if not isinstance(body, dict):
-        raise HTTPError(400, "the body must be a JSON object")
-    unknown = set(body) - allowed
-    if unknown:
-        raise HTTPError(400, f"unknown field(s): {', '.join(sorted(unknown))} (this route takes "
-                             f"{', '.join(sorted(allowed))})")
-    for name in required:
-        if name not in body:
-            raise HTTPError(400, f"the body needs \"{name}\"")
-    return body
-
-
-def _texts(body: dict, name: str, limits: Limits, what: str = "text") -> tuple[list[str], bool]:
-    """A field that is a text or a list of texts → (list, whether one text was given)."""
-    from kbert.tokenizer import check_texts
-    value = body[name]
-    try:
-        texts, single = check_texts(name, value, what)
-    except ValueError as e:
-        raise HTTPError(400, str(e)) from None
-    if len(texts) > limits.max_inputs:
-        raise HTTPError(413, f"\"{name}\" has {len(texts)} texts; at most {limits.max_inputs} "
-                             "a request (--max-inputs)")
-    return texts, single
-
-
-def _option(body: dict, name: str, kind: type | tuple, default: Any,
-            check: Callable[[Any], bool] = lambda v: True, want: str = "") -> Any:
-    value = body.get(name, default)
-    if value is None and default is None:
-        return None
-    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind) \
-            or not check(value):
-        raise HTTPError(400, f"\"{name}\" must be {want or getattr(kind, '__name__', kind)}, "
-                             f"got {json.dumps(value)[:60]}")
-    return value
-
-
-def _positive(body: dict, name: str, default: int | None) -> Any:
-    return _option(body, name, int, default, lambda v: v >= 1, "an integer >= 1")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 # --- the app ---------------------------------------------------------------------------------
 def json_response(content: Any, status: int = 200) -> Response:
     """A JSON response (orjson: NumPy arrays written directly)."""
     import orjson
-    body = orjson.dumps(_jsonable(content), option=orjson.OPT_SERIALIZE_NUMPY)
+    body = orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY, default=_tolist)
     return Response(body, status_code=status, media_type="application/json")
 
 
@@ -286,8 +144,7 @@ class Api:
 
     async def models(self) -> Response:
         state = self.state
-        return json_response({"models": [describe_savedmodel(s) if isinstance(s, SavedModelServable)
-                                  else s.describe() for s in state.servables.values()],
+        return json_response({"models": [s.describe() for s in state.servables.values()],
                        "index": None if state.index is None else len(state.index)})
 
     async def metrics(self) -> Response:
@@ -395,7 +252,7 @@ class Api:
 
             async def go() -> Any:
                 nonlocal name
-                body = _object(await read_json(request, self.limits), fields | {"model"},
+                body = json_object(await read_json(request, self.limits), fields | {"model"},
                                required)
                 servable = self.state.model(method, body.get("model"))
                 name = servable.name
@@ -404,9 +261,9 @@ class Api:
         return handler
 
     async def embed(self, body: dict, s: ModelServable) -> Any:
-        texts, single = _texts(body, "inputs", self.limits)
-        normalize = _option(body, "normalize", bool, True)
-        pooling = _option(body, "pooling", str, None, lambda v: v in ("cls", "mean"),
+        texts, single = texts_field(body, "inputs", self.limits)
+        normalize = option(body, "normalize", bool, True)
+        pooling = option(body, "pooling", str, None, lambda v: v in ("cls", "mean"),
                           "\"cls\" or \"mean\"")
         out = await self.state.run(s.name, "embed", (normalize, pooling), texts,
                                    lambda xs: list(s.model.embed(xs, pooling=pooling,
@@ -415,8 +272,8 @@ class Api:
         return np.stack(out)[0] if single else np.stack(out)
 
     async def fill_mask(self, body: dict, s: ModelServable) -> Any:
-        texts, single = _texts(body, "inputs", self.limits)
-        top_k = _positive(body, "top_k", 5)
+        texts, single = texts_field(body, "inputs", self.limits)
+        top_k = positive(body, "top_k", 5)
         out = await self.state.run(s.name, "fill_mask", (top_k,), texts,
                                    lambda xs: s.model.fill_mask(xs, top_k=top_k),
                                    sum(s.cost(t) for t in texts))
@@ -424,8 +281,8 @@ class Api:
 
     def _pairs(self, body: dict, first: str, second: str, what: str = "text"
                ) -> tuple[list[tuple[str, str]], bool]:
-        a, single = _texts(body, first, self.limits, what)
-        b, single_b = _texts(body, second, self.limits, what)
+        a, single = texts_field(body, first, self.limits, what)
+        b, single_b = texts_field(body, second, self.limits, what)
         if len(a) != len(b) or single != single_b:
             raise HTTPError(400, f"\"{first}\" and \"{second}\" must both be texts or lists "
                                  "of the same length")
@@ -441,7 +298,7 @@ class Api:
 
     async def classify(self, body: dict, s: ModelServable) -> Any:
         if body.get("text_pair") is None:
-            texts, single = _texts(body, "inputs", self.limits)
+            texts, single = texts_field(body, "inputs", self.limits)
             out = await self.state.run(s.name, "classify", (), texts,
                                        lambda xs: s.model.classify(xs),
                                        sum(s.cost(t) for t in texts))
@@ -454,14 +311,14 @@ class Api:
         return out[0] if single else out
 
     async def tag(self, body: dict, s: ModelServable) -> Any:
-        texts, single = _texts(body, "inputs", self.limits)
+        texts, single = texts_field(body, "inputs", self.limits)
         out = await self.state.run(s.name, "tag", (), texts, lambda xs: s.model.tag(xs),
                                    sum(s.cost(t) for t in texts))
         return out[0] if single else out
 
     async def answer(self, body: dict, s: ModelServable) -> Any:
         pairs, single = self._pairs(body, "question", "context")
-        top_k = _positive(body, "top_k", 1)
+        top_k = positive(body, "top_k", 1)
         out = await self.state.run(s.name, "answer", (top_k,), pairs,
                                    lambda ps: s.model.answer([p[0] for p in ps],
                                                              [p[1] for p in ps], top_k=top_k),
@@ -471,11 +328,11 @@ class Api:
     async def rerank(self, body: dict, s: ModelServable) -> Any:
         if not isinstance(body["query"], str):
             raise HTTPError(400, "\"query\" must be one text")
-        query, _ = _texts(body, "query", self.limits, "query")
-        passages, single = _texts(body, "passages", self.limits, "passage")
+        query, _ = texts_field(body, "query", self.limits, "query")
+        passages, single = texts_field(body, "passages", self.limits, "passage")
         if single:
             raise HTTPError(400, "\"passages\" must be a list of texts")
-        top_k = _positive(body, "top_k", None)
+        top_k = positive(body, "top_k", None)
         # one request's passages run as one call (a reranked list is sorted per query)
         out = await self.state.run(s.name, "rerank", ("alone", id(body)), [passages],
                                    lambda xs: [s.model.rerank(query[0], xs[0], top_k=top_k)],
@@ -488,17 +345,17 @@ class Api:
 
         async def go() -> Any:
             nonlocal name
-            body = _object(await read_json(request, self.limits),
+            body = json_object(await read_json(request, self.limits),
                            {"input", "model", "encoding_format", "user", "dimensions"},
                            ["input"])
-            fmt = _option(body, "encoding_format", str, "float",
+            fmt = option(body, "encoding_format", str, "float",
                           lambda v: v in ("float", "base64"), "\"float\" or \"base64\"")
             s = self.state.model("embed", body.get("model"))
             name = s.name
             if body.get("dimensions") is not None:
                 raise HTTPError(400, "\"dimensions\": this model's vectors have one size, "
                                      f"{s.model.config.hidden_size}")
-            texts, _ = _texts(body, "input", self.limits)
+            texts, _ = texts_field(body, "input", self.limits)
             out = await self.state.run(s.name, "embed", (True, None, "usage"), texts,
                                        lambda xs: list(zip(s.model.embed(xs, normalize=True),
                                                            s.tokens(xs))),
@@ -518,12 +375,12 @@ class Api:
 
     async def search(self, request: Request) -> Response:
         async def go() -> Any:
-            body = _object(await read_json(request, self.limits), {"query", "top_k", "hybrid"},
+            body = json_object(await read_json(request, self.limits), {"query", "top_k", "hybrid"},
                            ["query"])
             index = self.index()
-            queries, single = _texts(body, "query", self.limits, "query")
-            top_k = _positive(body, "top_k", 10)
-            hybrid = _option(body, "hybrid", bool, None)
+            queries, single = texts_field(body, "query", self.limits, "query")
+            top_k = positive(body, "top_k", 10)
+            hybrid = option(body, "hybrid", bool, None)
             out = await self.state.run(
                 "index", "search", (top_k, hybrid), queries,
                 lambda qs: index.search(qs, self.state.encoder, top_k=top_k, hybrid=hybrid),
@@ -534,15 +391,15 @@ class Api:
     async def ask(self, request: Request) -> Response:
         async def go() -> Any:
             from kbert.retrieval import open_qa
-            body = _object(await read_json(request, self.limits),
+            body = json_object(await read_json(request, self.limits),
                            {"question", "passages", "candidates", "hits", "hybrid", "reader",
                             "reranker"}, ["question"])
             index = self.index()
-            questions, single = _texts(body, "question", self.limits, "question")
-            passages = _positive(body, "passages", open_qa.PASSAGES)
-            candidates = _positive(body, "candidates", 20)
-            hits = _positive(body, "hits", None)
-            hybrid = _option(body, "hybrid", bool, None)
+            questions, single = texts_field(body, "question", self.limits, "question")
+            passages = positive(body, "passages", open_qa.PASSAGES)
+            candidates = positive(body, "candidates", 20)
+            hits = positive(body, "hits", None)
+            hybrid = option(body, "hybrid", bool, None)
             reader = self.state.model("answer", body.get("reader", self.state.reader))
             reranker_name = body.get("reranker", self.state.reranker)
             reranker = (None if reranker_name is None
@@ -568,6 +425,13 @@ def _vector(vector: Any, fmt: str) -> Any:
     return np.asarray(vector)
 
 
+def _tolist(value: Any) -> Any:
+    """What orjson cannot write itself (an array that is not C-contiguous): as a list."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 async def _now(value: Any) -> Any:
     return value
 
@@ -588,5 +452,4 @@ def _cost(row: tuple) -> int:
                (x.item() if isinstance(x, np.ndarray) and x.ndim == 0 else x for x in row))
 
 
-__all__ = ["Api", "HTTPError", "Limits", "ServerState", "error_response", "json_response",
-           "make_app", "read_json"]
+__all__ = ["Api", "error_response", "json_response", "make_app"]

@@ -91,11 +91,6 @@ class ModelServable:
         self.model.prepare()
 
 
-def describe_savedmodel(servable: SavedModelServable) -> dict:
-    return {"name": servable.name, "kind": servable.kind, "path": servable.path,
-            "version": servable.version, "signatures": sorted(servable.signatures)}
-
-
 def load_servables(specs: list[str], runtime: str | None = "auto", dtype: str | None = "auto",
                    threads: int | None = None, prepare: bool = True) -> dict[str, Any]:
     """{name: servable} of `kbert serve`'s arguments, loaded (and made ready: the first
@@ -128,5 +123,5 @@ def resolve_specs(specs: list[str]) -> dict[str, str]:
     return named
 
 
-__all__ = ["METHOD_HEADS", "ModelServable", "ServeError", "describe_savedmodel",
+__all__ = ["METHOD_HEADS", "ModelServable", "ServeError",
            "load_servables", "parse_spec", "resolve_specs"]

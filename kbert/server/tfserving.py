@@ -73,6 +73,15 @@ class SavedModelServable:
         self.loaded = tf.saved_model.load(self.folder)
         self.signatures = dict(self.loaded.signatures)
         self._signature_defs = _signature_defs(self.folder)
+        # per signature, read once: its input specs, and whether requests to it may be merged
+        self._inputs = {name: dict(fn.structured_input_signature[1])
+                        for name, fn in self.signatures.items()}
+        self._mergeable = {name: _row_wise(fn.structured_outputs)
+                           for name, fn in self.signatures.items()}
+
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "path": self.path,
+                "version": self.version, "signatures": sorted(self.signatures)}
 
     # --- GET -----------------------------------------------------------------------------------
     def check_version(self, version: str | None) -> None:
@@ -101,27 +110,32 @@ class SavedModelServable:
         return self.signatures[name]
 
     def input_specs(self, signature: str | None) -> dict:
-        return dict(self.signature(signature).structured_input_signature[1])
+        self.signature(signature)                       # a name it has, or the error
+        return self._inputs[signature or DEFAULT_SIGNATURE]
 
     def mergeable(self, signature: str | None) -> bool:
         """Whether requests to `signature` may run as one batch and be split by rows: every
         output's shape is known beyond the first (batch) dimension, so no request's outputs
         depend on another's (a padded dimension would)."""
-        outputs = self.signature(signature).structured_outputs
-        return all(spec.shape.rank is not None and spec.shape.rank >= 1
-                   and None not in spec.shape.as_list()[1:] for spec in outputs.values())
+        self.signature(signature)
+        return self._mergeable[signature or DEFAULT_SIGNATURE]
 
     def run(self, signature: str | None, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The signature's outputs {name: array} for `inputs` {name: array}."""
         fn = self.signature(signature)
         tf = self._tf
-        tensors = {k: tf.constant(v, dtype=self.input_specs(signature)[k].dtype)
-                   for k, v in inputs.items()}
+        specs = self._inputs[signature or DEFAULT_SIGNATURE]
+        tensors = {k: tf.constant(v, dtype=specs[k].dtype) for k, v in inputs.items()}
         try:
             out = fn(**tensors)
         except (tf.errors.InvalidArgumentError, TypeError, ValueError) as e:
             raise TFServingError(_first_line(e)) from None
         return {k: v.numpy() for k, v in out.items()}
+
+
+def _row_wise(outputs: dict) -> bool:
+    return all(spec.shape.rank is not None and spec.shape.rank >= 1
+               and None not in spec.shape.as_list()[1:] for spec in outputs.values())
 
 
 def _signature_defs(folder: str) -> dict:

@@ -9,8 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
-from kbert.server.routes import Limits
-from kbert.server.state import ServeConfig, build_state
+from kbert.server.state import Limits, ServeConfig, ServerState, build_state
 
 pytestmark = pytest.mark.multibackend
 
@@ -195,7 +194,7 @@ def test_a_full_queue_refuses_at_once(state):
     from kbert.server.routes import make_app
     release = threading.Event()
     busy = Batcher(max_queued=4)
-    small = build_state.__globals__["ServerState"](state.servables, busy, state.metrics)
+    small = ServerState(state.servables, busy, state.metrics)
     app = make_app(small)
     model = state.servables["minilm-l6-v2"]
     original = model.model.embed
