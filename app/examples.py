@@ -43,10 +43,12 @@ QUESTION_ANSWERING = [
      "were discovered by Asaph Hall in 1877."],
 ]
 
+# Sentiment (the shipped classifier, minilm-l6-sst2, learned it from SST-2's film reviews).
 CLASSIFY = [
     ["A wonderful film: the cast is superb and the story kept me hooked.", ""],
     ["Dull, slow and far too long. I wanted my money back.", ""],
-    ["The man went to the store.", "He bought a gallon of milk."],
+    ["The plot is thin, but the performances make it worth watching.", ""],
+    ["An ambitious mess that never finds its footing.", ""],
 ]
 
 ENTITIES = [
@@ -104,12 +106,16 @@ NOTES = {
           "overlapping windows.",
     "classify": "**Sequence classification.** A fine-tuned classifier reads `[CLS] text [SEP]` "
                 "(or a pair `[CLS] A [SEP] B [SEP]`) and predicts a label from the final "
-                "`[CLS]` vector; a regression head predicts one number. Train one on your own "
-                "CSV with `kbert finetune classify` (see docs/finetuning.md).",
+                "`[CLS]` vector; a regression head predicts one number. The shipped "
+                "minilm-l6-sst2 tells a review's sentiment (negative / positive; trained on "
+                "SST-2's film-review sentences). Train one on your own CSV with `kbert finetune "
+                "classify` (see docs/finetuning.md).",
     "entities": "**Named entities (token classification).** A fine-tuned tagger labels each "
                 "word at its first WordPiece with an IOB tag (`B-PER`, `I-PER`, `O`, ...); "
-                "consecutive tags of one type form an entity. Train one with `kbert finetune "
-                "tag` on CoNLL or JSONL files.",
+                "consecutive tags of one type form an entity. The shipped minilm-l6-conll2003 "
+                "finds persons, organisations, locations and other names (MISC), trained on "
+                "CoNLL-2003's Reuters news. Train one with `kbert finetune tag` on CoNLL or "
+                "JSONL files.",
     "search": "**Ask a document: retrieve, then read.** The document (pasted, or text files "
               "uploaded) is split into passages of about 128 WordPieces (paragraphs packed "
               "together, long ones cut into overlapping windows), each embedded by the sentence "

@@ -3,7 +3,8 @@
     SQuAD v1.1: dev-v1.1-part-a.json's 24 articles split BY ARTICLE: every fourth article
                 (indexes 3, 7, 11, 15, 19, 23: Computational_complexity_theory, 1973_oil_crisis,
                 Genghis_Khan, Jacksonville,_Florida, Scottish_Parliament, Force) is held out,
-                the other 18 are the training set.
+                the other 18 are the training set; squad-train-plus.json adds
+                train-v1.1-fragment.json's 11 articles (SQuAD v1.1 train, 3,807 questions) to them.
     RTE:        train.tsv split by index: the last 10% of the rows are the dev set.
 
 Run: python benchmarks/data_splits.py --data ../shared/data --output /tmp/kft
@@ -29,6 +30,22 @@ def split_squad(src, out_dir):
     return paths["squad-train.json"], paths["squad-heldout.json"], titles
 
 
+def squad_train_plus(train, fragment, out_dir):
+    """The 18 training articles and the train fragment's articles in one SQuAD v1.1 file."""
+    with open(train, encoding="utf-8") as f:
+        merged = json.load(f)
+    with open(fragment, encoding="utf-8") as f:
+        extra = json.load(f)["data"]
+    held_titles = {a["title"] for a in merged["data"]}
+    if held_titles & {a["title"] for a in extra}:
+        raise SystemExit(f"{fragment}: shares articles with {train}")
+    merged["data"] += extra
+    path = os.path.join(out_dir, "squad-train-plus.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(merged, f)
+    return path
+
+
 def split_rte(src, out_dir, dev_fraction=0.1):
     with open(src, encoding="utf-8") as f:
         header, *rows = f.read().splitlines()
@@ -51,6 +68,9 @@ def main():
     train, held, titles = split_squad(
         os.path.join(args.data, "squad", "dev-v1.1-part-a.json"), args.output)
     print(f"{train}\n{held} (held-out articles: {', '.join(titles)})")
+    fragment = os.path.join(args.data, "squad", "train-v1.1-fragment.json")
+    if os.path.exists(fragment):
+        print(squad_train_plus(train, fragment, args.output))
     print("\n".join(split_rte(os.path.join(args.data, "glue", "RTE", "train.tsv"), args.output)))
 
 

@@ -2,6 +2,7 @@
 and answering questions over the collection (retrieve, then read), in one run.
 
     python benchmarks/retriever_training.py [--data ../shared/data/squad/dev-v1.1-part-a.json]
+        [--extra-train SQUAD.json] [--mixed-precision auto]
         [--pairs 2000] [--seeds 1] [--negatives 1] [--rerank-depth 50]
         [--parts side-by-side,full,rerank,open-qa] [--first-stage minilm-l6-squad-retriever]
         [--rerank-init minilm-l6-squad] [--rerank-questions N (all)] [--rerank-epochs 1]
@@ -61,8 +62,10 @@ SETTINGS = dict(batch_size=32, learning_rate=2e-5, warmup=0.1, max_seq_length=25
 NSP_INIT = "minilm-l6-mlm-nsp"      # its NSP head is a reranker before any training
 
 
-def split(path):
-    """(training Pairs, held-out RetrievalData over every paragraph of the file)."""
+def split(path, extra=None):
+    """(training Pairs, held-out RetrievalData over every paragraph of the file). `extra`: a
+    SQuAD file whose every (question, paragraph) is training data too (train-v1.1-fragment.json;
+    its paragraphs are not in the held-out corpus)."""
     from kbert.retrieval.metrics import RetrievalData
     from kbert.tasks.squad import split_by_article
     from kbert.training.retrievers import Pairs
@@ -72,6 +75,9 @@ def split(path):
     corpus = [p["context"] for a in articles for p in a["paragraphs"]]
     row = {text: i for i, text in enumerate(corpus)}
     pairs = Pairs([], [])
+    if extra:
+        with open(extra, encoding="utf-8") as f:
+            train["data"] += json.load(f)["data"]
     for a in train["data"]:
         for p in a["paragraphs"]:
             for qa in p["qas"]:
@@ -165,10 +171,10 @@ def st_rankings(st, data, depth=100):
     return np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :depth].tolist()
 
 
-def kbert_retriever(init, pairs, output, seed, negatives=0):
+def kbert_retriever(init, pairs, output, seed, negatives=0, mixed_precision=None):
     from kbert.training.retrievers import train_retriever
     result = train_retriever(init, pairs, output, seed=seed, mine_negatives_count=negatives,
-                             verbose=False, **SETTINGS)
+                             verbose=False, mixed_precision=mixed_precision, **SETTINGS)
     return result.output, result.train_seconds
 
 
@@ -193,6 +199,12 @@ def table(rows, extra="seconds"):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=DATA)
+    parser.add_argument("--extra-train",
+                        help="a SQuAD file of more training questions (e.g. ../shared/data/squad/"
+                             "train-v1.1-fragment.json): full and rerank train on them too")
+    parser.add_argument("--mixed-precision", default="float32",
+                        help="full: the kbert retrievers' training precision (auto: "
+                             "mixed_bfloat16 where the CPU has AMX or AVX-512 BF16)")
     parser.add_argument("--pairs", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--negatives", type=int, default=1)
@@ -231,9 +243,10 @@ def main():
 
     from kbert.checkpoint.files import resolve
     shipped = resolve("minilm-l6-v2")
-    pairs, data, answers, contexts = split(args.data)
-    print(f"{len(pairs)} training pairs (18 articles); {len(data.queries)} held-out questions "
-          f"against {len(data.corpus)} paragraphs\n")
+    pairs, data, answers, contexts = split(args.data, args.extra_train)
+    extra = f" + {os.path.basename(args.extra_train)}" if args.extra_train else ""
+    print(f"{len(pairs)} training pairs (18 articles{extra}); {len(data.queries)} held-out "
+          f"questions against {len(data.corpus)} paragraphs\n")
     rows, ok = [], True
     base = scores_of(bm25_rankings(data), data)
     rows.append(("BM25 (bm25s)", base, ""))
@@ -279,7 +292,8 @@ def main():
         for seed in range(args.seeds):
             path, secs = kbert_retriever(shipped, pairs, os.path.join(args.output,
                                                                       f"full-{seed}"),
-                                         seed, negatives=args.negatives)
+                                         seed, negatives=args.negatives,
+                                         mixed_precision=args.mixed_precision)
             ranking = encoder_rankings(path, data)
             runs.append(scores_of(ranking, data))
             seconds.append(secs)

@@ -5,9 +5,14 @@ files (`examples/data/`), as a reader of a fresh clone runs them. `kbert ...` ru
 last of a repeated option). A command that is not run is in NOT_RUN with the reason; a command
 that is neither run nor listed fails, so a new kind of command is not skipped unseen.
 
+A python line whose next lines are a comment holding a Python literal (`# {'is_next': 0.9995}`)
+must give that value: strings, numbers of tokens, keys and order exactly, floats within
+`TOLERANCE` of the digits shown (the shipped checkpoints answer as the README shows, on any CPU).
+
 The files the docs name under `examples/data/` exist (docs/*.md too, whose commands are not run).
 """
 
+import ast
 import glob
 import os
 import re
@@ -106,7 +111,10 @@ def _kbert_argv(words, cwd):
 @pytest.mark.parametrize("kind, code", _params())
 def test_readme_command_runs(kind, code, workdir):
     if kind == "python":
-        done = _run([sys.executable, "-c", _with_earlier_imports(code)], workdir)
+        text = README.read_text(encoding="utf-8")
+        first = text.count("\n", 0, text.index(code)) + 1
+        done = _run([sys.executable, "-c", _with_earlier_imports(code, _shown(code, first))],
+                    workdir)
     else:
         words = shlex.split(code, comments=True)
         assert words[0] == "kbert", (
@@ -115,13 +123,82 @@ def test_readme_command_runs(kind, code, workdir):
     assert done.returncode == 0, f"{code.strip()}\n{done.stderr[-3000:]}"
 
 
-def _with_earlier_imports(code):
+# Floats shown in the README are rounded, and the default (float32) path differs across CPUs only
+# in the last digits: a shown score may be off by this much, never a label, a token or a span.
+TOLERANCE = 0.01
+
+CHECK = f"""
+def _readme_shows(got, shown, where):
+    import numpy
+    def same(a, b):
+        if isinstance(b, float):
+            return isinstance(a, (float, int, numpy.floating)) and abs(a - b) <= {TOLERANCE}
+        if isinstance(b, dict):
+            return isinstance(a, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in b)
+        if isinstance(b, (list, tuple)):
+            return isinstance(a, (list, tuple)) and len(a) == len(b) and \\
+                all(same(x, y) for x, y in zip(a, b))
+        return a == b
+    if not same(got, shown):
+        raise SystemExit(f"{{where}}: the README shows {{shown!r}}, the code gives {{got!r}}")
+"""
+
+
+def _shown(code, first_line):
+    """`code` with each expression statement that a literal comment follows wrapped in a check
+    of that value (README.md:LINE named in the failure)."""
+    lines = code.splitlines()
+    checks = {}
+    for node in ast.parse(code).body:
+        if not isinstance(node, ast.Expr):
+            continue
+        comment, i = [], node.end_lineno
+        while i < len(lines) and lines[i].lstrip().startswith("#"):
+            comment.append(lines[i].lstrip()[1:].strip())
+            i += 1
+        try:
+            shown = ast.literal_eval(" ".join(comment)) if comment else None
+        except (ValueError, SyntaxError):
+            continue
+        if shown is not None:
+            checks[node.lineno - 1] = (node.end_lineno, shown)
+    out, i = [], 0
+    while i < len(lines):
+        if i in checks:
+            end, shown = checks[i]
+            expression = "\n".join(lines[i:end])
+            out.append(f"_readme_shows(({expression}), {shown!r}, "
+                       f"'README.md:{first_line + i}')")
+            i = end
+        else:
+            out.append(lines[i])
+            i += 1
+    return CHECK + "\n".join(out)
+
+
+def test_readme_shows_checked_values():
+    """The check itself: a literal comment after an expression is compared, prose is not."""
+    code = "x = 1\nx + 1\n# 2\nx\n# an int\n"
+    checked = _shown(code, 10)
+    assert "_readme_shows((x + 1), 2, 'README.md:11')" in checked and "_readme_shows((x)," \
+        not in checked
+    namespace = {}
+    exec(_shown("[{'a': 0.5004, 'b': 'y'}]\n# [{'a': 0.5, 'b': 'y'}]\n", 1), namespace)
+    with pytest.raises(SystemExit, match=r"README.md:1: the README shows \[\{'a': 0.5, "
+                                         r"'b': 'z'\}\]"):
+        exec(_shown("[{'a': 0.5, 'b': 'y'}]\n# [{'a': 0.5, 'b': 'z'}]\n", 1), namespace)
+    with pytest.raises(SystemExit):
+        exec(_shown("{'a': 0.6}\n# {'a': 0.5}\n", 1), namespace)
+
+
+def _with_earlier_imports(code, run=None):
+    """`run` (default `code`) after the imports of the python blocks before `code`."""
     text = README.read_text(encoding="utf-8")
     blocks = [c for k, c in FENCE.findall(text) if k == "python"]
     earlier = blocks[:blocks.index(code)]
     imports = [line for block in earlier for line in block.splitlines()
                if line.startswith(("import ", "from "))]
-    return "\n".join(imports + [code])
+    return "\n".join(imports + [run or code])
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)

@@ -88,11 +88,23 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
                         "PyTorch (auto: XLA on a TensorFlow GPU and on JAX; PyTorch eager)")
     p.add_argument("--save-dtype", default="float32", choices=("float32", "float16"),
                    help="dtype of the written weights")
+    p.add_argument("--label-names", type=label_names, metavar="NAME,NAME...",
+                   help="classifier tasks: what the checkpoint calls its labels, comma "
+                        "separated, in the order of the task's labels (sst2's 0,1 → "
+                        "negative,positive; classify: the training file's labels, sorted) "
+                        "(default: the files' values)")
     add_mixed_precision(p, default="float32")
     add_log_dir(p)
     add_columns(p)
     retrieval.add_retrieval_training(p)
     p.set_defaults(func=run_finetune)
+
+
+def label_names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if len(names) < 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give two or more comma-separated names")
+    return names
 
 
 def run_finetune(args: argparse.Namespace) -> None:
@@ -102,6 +114,8 @@ def run_finetune(args: argparse.Namespace) -> None:
     check_output_dir(args.output, "checkpoint", args.overwrite)
     check_log_dir(args.log_dir, args.output)
     if args.task in retrieval.TRAINING_TASKS:
+        if args.label_names:
+            raise CliError(f"--label-names is for classifier tasks, not {args.task}")
         return retrieval.run_retrieval_training(args)
     if args.dev is None:
         raise CliError(f"{args.task} needs --dev (the file scored after each epoch)")
@@ -116,7 +130,8 @@ def run_finetune(args: argparse.Namespace) -> None:
         jit_compile=JIT_COMPILE[args.jit_compile],
         save_dtype=args.save_dtype, max_train_examples=args.max_train_examples,
         bucketing=args.bucketing, task_options=task_options(args),
-        mixed_precision=args.mixed_precision, overwrite=args.overwrite, log_dir=args.log_dir)
+        mixed_precision=args.mixed_precision, overwrite=args.overwrite, log_dir=args.log_dir,
+        label_names=args.label_names)
     print(f"wrote {result.output}: best epoch {result.best_epoch} of {args.epochs} "
           f"({result.train_examples} training examples, {result.precision}, "
           f"{result.wall_seconds:.0f}s)")

@@ -44,6 +44,29 @@ Scores = tuple[dict[str, float], Options]
 Data = Any
 
 OWN_DATA_TASKS = ("classify", "regress", "tag", "qa")
+
+
+def file_labels(options: Options) -> list[str]:
+    """A classifier's labels as its data files spell them. `labels` are what the model answers
+    (`rename_labels` may have named them); `label_values`, where stored, are the files' values
+    in the same order."""
+    return list(options.get("label_values") or options.get("labels") or ())
+
+
+def rename_labels(options: Options, names: Sequence[str]) -> Options:
+    """The head options with the classifier's labels named `names` (in the order of its labels:
+    a GLUE task's table, e.g. sst2's 0, 1, or the training file's sorted labels); the files'
+    values are kept as `label_values` so training and scoring still read them."""
+    values = file_labels(options)
+    if options.get("problem", "classification") != "classification" or not values:
+        raise ValueError("label names are for classifier tasks (GLUE classification, classify)")
+    names = [str(n).strip() for n in names]
+    if len(names) != len(values):
+        raise ValueError(f"{plural(len(names), 'label name')} given for "
+                         f"{plural(len(values), 'label')} ({', '.join(map(str, values))})")
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"label names must be distinct and non-empty: {', '.join(names)}")
+    return {**options, "labels": names, "label_values": [str(v) for v in values]}
 TASKS = tuple(glue.TASKS) + ("squad", "squad2", "conll2003", "swag") + OWN_DATA_TASKS
 
 
@@ -79,7 +102,7 @@ class GlueTask:
     def check_options(self, options: Options, where: str) -> None:
         expected = self.head_options([])
         if options.get("problem", "classification") != expected["problem"] or \
-                options.get("labels") and options["labels"] != expected.get("labels"):
+                options.get("labels") and file_labels(options) != expected.get("labels"):
             raise ValueError(f"checkpoint {where}: its classifier predicts "
                              f"{options.get('labels') or options.get('problem')}, not "
                              f"{self.name}'s {expected.get('labels') or expected['problem']}")
@@ -258,7 +281,7 @@ class TableTask(GlueTask):
 
     def encode(self, tokenizer: Tokenizer, data: Data, max_seq_length: int, training: bool,
                options: Options) -> Prepared:
-        labels = options.get("labels") or ()
+        labels = file_labels(options)
         for e in data:
             if not self.regression and e.label is not None and e.label not in labels:
                 raise ValueError(f"{e.guid}: label {e.label!r} is not one of the model's "
@@ -270,7 +293,7 @@ class TableTask(GlueTask):
               tune: bool = False) -> Scores:
         # The labels come with the options (the checkpoint's, or the training file's), not from
         # state left by encode: a set encoded elsewhere (`kbert.training.encode`) scores the same.
-        task = self._glue_task(options.get("labels") or ())
+        task = self._glue_task(file_labels(options))
         return glue.evaluate_glue(task, prepared.data, outputs), options
 
 

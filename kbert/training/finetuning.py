@@ -37,7 +37,7 @@ from kbert.models import compilation
 from kbert.models.optimization import check_schedule, create_optimizer
 from kbert.models.task_models import task_model
 from kbert.tasks import batching
-from kbert.tasks.registry import TASKS, Prepared, get_task
+from kbert.tasks.registry import TASKS, Prepared, get_task, rename_labels
 from kbert.training import curves
 from kbert.training.callbacks import KeepBest
 
@@ -293,6 +293,7 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike | None
              encoded: Encoded | None = None,
              mixed_precision: str | None = None,
              overwrite: bool = False, log_dir: str | os.PathLike | None = None,
+             label_names: Sequence[str] | None = None,
              ) -> "FinetuneResult":
     """Fine-tunes `init` on `train`, keeping the epoch with the best `dev` score in `output`.
 
@@ -325,6 +326,10 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike | None
             work; anything else there is always refused). `output` is locked for the run.
         log_dir: a TensorBoard log directory (`keras.callbacks.TensorBoard`: the loss, the
             metrics, the learning rate and the dev scores of each epoch); default none.
+        label_names: classifier tasks: what the checkpoint calls its labels, in the order of
+            the task's labels (a GLUE task's table, e.g. sst2's "0", "1" → "negative",
+            "positive"; classify: the training file's labels, sorted); default: the files'
+            values. Checked before any work (classify: once the training file is read).
     Returns a `FinetuneResult`; `output` also gets the run's `history.json` and `curves.png`
     (`kbert.training.curves`: the loss, Keras' metrics, the learning rate and the dev scores of each
     epoch).
@@ -334,6 +339,10 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike | None
     check_schedule(epochs, batch_size, learning_rate, warmup)
     if tune_null_threshold and spec.name != "squad2":
         raise ValueError("--tune-null-threshold is for squad2 only")
+    if label_names and spec.head != "classifier":
+        raise ValueError(f"label names are for classifier tasks, not {spec.name}")
+    if label_names and spec.name not in ("classify", "regress"):
+        rename_labels(spec.head_options([]), label_names)   # a GLUE task's labels: known now
     with outputs.Output(output, "checkpoint", overwrite=overwrite):     # checked, locked
         policy = mixed_precision_policy(mixed_precision)       # None: float32
         keras.utils.set_random_seed(seed)
@@ -346,6 +355,8 @@ def finetune(task: str, init: str | os.PathLike, train: str | os.PathLike | None
         else:
             _check_encoded(encoded, spec, ckpt, init)
         length, options = encoded.max_seq_length, encoded.options
+        if label_names:
+            options = rename_labels(options, label_names)
         train_set, dev_set = encoded.train, encoded.dev
 
         head = checkpoint_lib.make_head(spec.head, ckpt.backbone, options, dtype="float32")

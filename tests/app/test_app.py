@@ -87,6 +87,12 @@ def test_classify_api(served, client):
     for name, p in expected.items():
         assert confidences[name] == pytest.approx(p, abs=1e-6)
     assert label["label"] == max(expected, key=expected.get)
+    if _shipped(registry, names["classifier"]):
+        # the shipped sentiment model on the tab's own examples
+        from app import examples
+        said = [client.predict(names["classifier"], text, "", api_name="/classify")[0]["label"]
+                for text, _ in examples.CLASSIFY]
+        assert said == ["positive", "negative", "positive", "negative"]
 
 
 def test_entities_api(served, client):
@@ -98,6 +104,13 @@ def test_entities_api(served, client):
     assert [row[:2] for row in table["data"]] == [[e["text"], e["label"]] for e in expected]
     for e in expected:
         assert text[e["start"]:e["end"]] == e["text"]
+    if _shipped(registry, names["tagger"]):
+        # the shipped NER model on the tab's example
+        from app import examples
+        table = client.predict(names["tagger"], examples.ENTITIES[1][0],
+                               api_name="/entities")[1]
+        assert [row[:2] for row in table["data"]] == [
+            ["Angela Merkel", "PER"], ["Emmanuel Macron", "PER"], ["Berlin", "LOC"]]
 
 
 def test_each_tab_defaults_to_a_checkpoint_with_its_head(served):

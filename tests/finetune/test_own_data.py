@@ -256,6 +256,48 @@ def test_cli_classify_csv_and_jsonl(tiny_init, tmp_path, capsys):
                                                              np.array(gold)))
 
 
+def test_label_names_name_what_the_model_answers_and_files_still_score(tiny_init, tmp_path,
+                                                                      capsys):
+    """`--label-names`: sst2's 0/1 become negative/positive in the checkpoint (what classify,
+    exports and the playground show), while `evaluate sst2` still reads the 0/1 files."""
+    sentiment = {"pos": "1", "neg": "0"}
+    rows = [(t, sentiment[y]) for t, y in _reviews(60, 0) if y in sentiment]
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
+    dev.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows[:12]))
+    out = tmp_path / "sentiment"
+    code, lines, _ = _run(capsys, "finetune", "sst2", "--init", tiny_init, "--train", train,
+                          "--dev", dev, "--output", out, "--label-names", "negative,positive",
+                          *FAST)
+    assert code == 0
+    head = json.loads((out / "config.json").read_text())["heads"]["classifier"]
+    assert head["labels"] == ["negative", "positive"] and head["label_values"] == ["0", "1"]
+    code, lines, _ = _run(capsys, "evaluate", "sst2", "--model", out, "--data", dev)
+    scores = json.loads(lines[-1])
+    m = kbert.load(str(out))
+    answers = m.classify([t for t, _ in rows[:12]])
+    assert all(set(a) == {"negative", "positive"} for a in answers)
+    predicted = [{"negative": "0", "positive": "1"}[max(a, key=a.get)] for a in answers]
+    assert scores["accuracy"] == pytest.approx(
+        100 * np.mean([p == y for p, (_, y) in zip(predicted, rows[:12])]))
+    # own labels (sorted: neg, pos) renamed; bad names are one line before any training
+    csv = tmp_path / "reviews.csv"
+    csv.write_text("text,label\n" + "".join(f'"{t}",{y}\n' for t, y in _reviews(24, 0)
+                                             if y != "fast"))
+    code, _, _ = _run(capsys, "finetune", "classify", "--init", tiny_init, "--train", csv,
+                      "--dev", csv, "--output", tmp_path / "own", "--label-names", "bad,good",
+                      *FAST)
+    assert code == 0 and set(kbert.load(str(tmp_path / "own")).classify("good")) == {"bad", "good"}
+    for task, names, message in (
+            ("sst2", "a,b,c", "3 label names given for 2 labels (0, 1)"),
+            ("sst2", "a,a", "label names must be distinct and non-empty: a, a"),
+            ("conll2003", "a,b", "label names are for classifier tasks, not conll2003")):
+        code, _, err = _run(capsys, "finetune", task, "--init", tiny_init, "--train", train,
+                            "--dev", dev, "--output", tmp_path / "x", "--label-names", names)
+        assert code == 2 and err[-1].endswith(message), err
+    assert not (tmp_path / "x").exists()
+
+
 def test_own_labels_encoded_once_score_as_from_the_files(tiny_init, tmp_path):
     """`encode` then `finetune(encoded=...)` on your own labels: the labels travel with the
     encoded set (the task object that trains is not the one that encoded)."""
