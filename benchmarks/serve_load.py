@@ -414,9 +414,6 @@ def onnx_folder(venv, source, venvs, log_path):
     os.makedirs(os.path.dirname(target), exist_ok=True)
     # written into a new folder of this run's beside the target, then renamed into place
     partial = tempfile.mkdtemp(prefix=".onnx-", dir=os.path.dirname(target))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(partial, 0o777 & ~umask)                       # as the user's umask says
     env = {**os.environ, **QUIET}
     with open(log_path, "w") as log:
         done = subprocess.run([os.path.join(venv, "bin", "optimum-cli"), "export", "onnx",
@@ -426,6 +423,9 @@ def onnx_folder(venv, source, venvs, log_path):
     if done.returncode or not os.path.isfile(os.path.join(partial, "model.onnx")):
         shutil.rmtree(partial, ignore_errors=True)          # the folder this call made
         sys.exit(f"the ONNX export failed: {last_line(log_path)}")
+    sys.path.insert(0, REPO)
+    from kbert.outputs.output import apply_modes
+    apply_modes(partial)                  # mkdtemp's 0700 → what the user's umask says
     os.replace(partial, target)
     return target
 

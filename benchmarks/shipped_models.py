@@ -126,7 +126,9 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     args = parser.parse_args()
-    args.data, args.work = os.path.abspath(args.data), os.path.abspath(args.work)
+    # the data as a relative path (the commands, and the history.json they write, name no
+    # machine's folders); WORK absolute
+    args.data, args.work = os.path.relpath(args.data), os.path.abspath(args.work)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.makedirs(args.work, exist_ok=True)
     print(f"CPU: {cpu_line()}", flush=True)
